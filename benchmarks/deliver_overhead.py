@@ -1,0 +1,162 @@
+"""Delivery overhead: requests per second of `Deliverer.send` against raw `client.post`.
+
+Both send the same 75-object /users/track body over the same keep-alive `httpx.Client`, in the
+same run, alternating, so the difference is what the delivery layer adds (rate budget,
+classify, tenacity, logging checks). Two servers:
+
+- ``mock``: an `httpx.MockTransport` answering 201 in-process (the overhead, magnified);
+- ``loopback``: a trivial Starlette app under uvicorn in a separate process on 127.0.0.1
+  (what a real run sees), sequential and with 4 sending threads.
+
+The rate budget is set far above the service's 3,000 per 3 s so it never makes anyone wait:
+this measures cost, not throttling.
+
+    .venv/bin/python benchmarks/deliver_overhead.py [--runs 5] [--requests 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import orjson
+
+from engage_sync.deliver import Deliverer
+from engage_sync.model import Item
+from engage_sync.ratelimit import RateBudgets
+from engage_sync.request import Request
+
+KEY = "bench-key-0123456789"
+RESPONSE = b'{"message":"success","attributes_processed":75}'
+HEADERS = {"X-RateLimit-Limit": "3000", "X-RateLimit-Remaining": "2999",
+           "X-RateLimit-Reset": "4102444800"}
+
+
+def make_request() -> Request:
+    objects = [{"external_id": f"user-{i:06d}", "plan": "gold", "score": i, "opted_in": True,
+                "city": "Lisbon", "tags": ["a", "b"]} for i in range(75)]
+    blobs = [orjson.dumps(o) for o in objects]
+    body = b'{"attributes":[' + b",".join(blobs) + b"]}"
+    items = tuple(Item(i, f"row{i}", f"user-{i:06d}", "attributes", b) for i, b in
+                  enumerate(blobs))
+    return Request("/users/track", "users_track", body, items,
+                   tuple(("attributes", i) for i in range(75)))
+
+
+def mock_handler(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(201, content=RESPONSE, headers=HEADERS)
+
+
+def serve(port: int) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request as StarletteRequest
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def track(request: StarletteRequest) -> Response:
+        await request.body()
+        return Response(RESPONSE, status_code=201, headers=HEADERS,
+                        media_type="application/json")
+
+    app = Starlette(routes=[Route("/users/track", track, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rate(fn: Callable[[], object], n: int, threads: int) -> float:
+    """Requests per second of n calls of fn, from `threads` threads."""
+    start = time.perf_counter()
+    if threads == 1:
+        for _ in range(n):
+            fn()
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            for f in [pool.submit(fn) for _ in range(n)]:
+                f.result()
+    return n / (time.perf_counter() - start)
+
+
+def measure(client: httpx.Client, n: int, runs: int, threads: int) -> tuple[float, float]:
+    request = make_request()
+    budgets = RateBudgets({"users_track": (10**9, 1.0)})
+    deliverer = Deliverer(client, KEY, budgets)
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+
+    def raw() -> object:
+        response = client.post("/users/track", content=request.body, headers=headers)
+        assert response.status_code == 201
+        return response
+
+    def deliver() -> object:
+        result = deliverer.send(request)
+        assert result.outcome.kind == "ok"
+        return result
+
+    rate(raw, n // 10, threads)  # warm up: connections, caches
+    rate(deliver, n // 10, threads)
+    raws, delivers = [], []
+    for i in range(runs):
+        order = [(raws, raw), (delivers, deliver)]
+        for out, fn in order if i % 2 == 0 else reversed(order):
+            out.append(rate(fn, n, threads))
+    return statistics.median(raws), statistics.median(delivers)
+
+
+def report(label: str, raw: float, deliver: float) -> None:
+    overhead_us = (1 / deliver - 1 / raw) * 1e6
+    print(f"| {label} | {raw:,.0f} | {deliver:,.0f} | {deliver / raw:.1%} | {overhead_us:+.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
+
+    n, runs = args.requests, args.runs
+    print(f"{runs} runs of {n} requests each (75 objects, {len(make_request().body):,} bytes); "
+          "medians in requests/s")
+    print("| server, threads | raw client.post | Deliverer.send | ratio | overhead µs/req |")
+    print("|---|---:|---:|---:|---:|")
+    with httpx.Client(transport=httpx.MockTransport(mock_handler),
+                      base_url="http://mock") as client:
+        report("MockTransport, 1", *measure(client, n, runs, 1))
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                httpx.get(base + "/")
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        limits = httpx.Limits(max_connections=8, max_keepalive_connections=8)
+        with httpx.Client(base_url=base, limits=limits, timeout=30) as client:
+            report("uvicorn loopback, 1", *measure(client, n, runs, 1))
+            report("uvicorn loopback, 4", *measure(client, n, runs, 4))
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+if __name__ == "__main__":
+    main()

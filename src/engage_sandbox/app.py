@@ -1,0 +1,302 @@
+"""The sandbox application: shared state, the gate every API request passes, and the routes.
+
+Order of the gate for a path of the spec's permission table: count and log the request →
+authenticate (401/403) → rate limit (429) → scripted fault → body checks for POST/PUT
+(415, 413, 400 parse) → handler. Every answer of the gate or a handler carries the
+X-RateLimit-* headers of the endpoint's group. Paths outside the table (the control plane,
+unknown paths) go straight to the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
+
+from engage_sandbox import control, dashboard, identity, messaging, scim, subscriptions
+from engage_sandbox.auth import Endpoint, check_auth, match_endpoint
+from engage_sandbox.faults import FaultBook, FaultRule, parse_rules
+from engage_sandbox.lean import handle_track_lean
+from engage_sandbox.ratelimit import RateLimiter, Verdict
+from engage_sandbox.seed import Seed, load_seed
+from engage_sandbox.settings import SandboxSettings
+from engage_sandbox.store import ProfileStore
+from engage_sandbox.track import Counters, Outcome, handle_track
+
+PARSE_ERROR = "Error while parsing request body..."
+TOO_LARGE = "Request Entity Too Large"
+UNSUPPORTED = "Unsupported Media Type: send 'Content-Type: application/json'"
+RATE_LIMITED = "Rate limit exceeded"
+FAULT_MESSAGES = {
+    429: RATE_LIMITED,
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class DroppedConnection(Exception):
+    """Raised for a ``drop`` fault when the server gives no transport to close."""
+
+
+class SandboxState:
+    """Everything one sandbox instance knows. Reachable as ``request.app.state.sandbox``.
+
+    ``extra`` is free-form per-module state (key it by module); ``reset()`` clears it and
+    runs the hooks registered with ``on_reset``. ``seed`` and ``settings`` never change.
+    """
+
+    def __init__(self, settings: SandboxSettings, seed: Seed) -> None:
+        self.settings = settings
+        self.seed = seed
+        self.store = ProfileStore()
+        self.counters = Counters()
+        self.log = control.RequestLog(settings.log_capacity)
+        self.limiter = RateLimiter(settings)
+        self.initial_faults: list[FaultRule] = parse_rules(settings.faults)
+        self.faults = FaultBook(self.initial_faults)
+        self.extra: dict[str, Any] = {}
+        self._reset_hooks: list[Callable[[], None]] = []
+
+    def on_reset(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` at every reset (after the core state is cleared)."""
+        self._reset_hooks.append(hook)
+
+    def reset(self) -> None:
+        """Clear store, request log, counters, fault rules and numbering, rate windows."""
+        self.store.clear()
+        self.counters = Counters()
+        self.log.clear()
+        self.limiter.reset()
+        self.faults.reset()
+        self.extra.clear()
+        for hook in self._reset_hooks:
+            hook()
+
+
+def _json_bytes(status: int, body: Any, extra: list[tuple[bytes, bytes]]) -> tuple[Message, ...]:
+    payload = orjson.dumps(body)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        *extra,
+    ]
+    return (
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": payload},
+    )
+
+
+def _abort_connection(send: Send) -> bool:
+    """Close the client connection without an answer (uvicorn's cycle exposes the transport)."""
+    cycle = getattr(send, "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    if transport is None:
+        return False
+    cycle.disconnected = True  # type: ignore[union-attr]  # uvicorn: no 500, no error log
+    transport.close()
+    return True
+
+
+class SandboxApp(Starlette):
+    """Starlette with the sandbox gate in front of the router (see the module docstring)."""
+
+    sandbox: SandboxState
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = match_endpoint(scope["method"], scope["path"])
+            if endpoint is not None:
+                await self._gate(scope, receive, send, endpoint)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _gate(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
+        state = self.sandbox
+        path, method = scope["path"], scope["method"]
+        headers = dict(scope["headers"])
+        state.counters.requests[path] += 1
+        entry = state.log.start(
+            method, path, scope.get("query_string", b"").decode("latin-1"), headers, time.time()
+        )
+
+        async def answer(status: int, body: Any, verdict: Verdict) -> None:
+            entry["status"] = status
+            for message in _json_bytes(status, body, verdict.headers()):
+                await send(message)
+
+        denied = check_auth(endpoint, headers, state.seed)
+        if denied is not None:
+            await answer(*denied, state.limiter.check(endpoint.group, path, consume=False))
+            return
+        verdict = state.limiter.check(endpoint.group, path)
+        if not verdict.allowed:
+            await answer(429, {"message": RATE_LIMITED}, verdict)
+            return
+        _, rule = state.faults.next(path)
+        fail_after: int | None = None
+        if rule is not None:
+            entry["fault"] = rule.action
+            if rule.action == "delay":
+                await asyncio.sleep(rule.delay_seconds)
+            elif rule.action != "drop":
+                status = int(rule.action)
+                if not rule.process:
+                    fault_verdict = Verdict(True, verdict.limit, 0, verdict.reset)
+                    await answer(
+                        status, {"message": FAULT_MESSAGES[status]},
+                        fault_verdict if status == 429 else verdict,
+                    )
+                    return
+                fail_after = status
+        body: Any = None
+        if method in BODY_METHODS:
+            checked = await self._read_json(headers, receive, state.settings.max_body_bytes)
+            if isinstance(checked, Outcome):
+                await answer(checked.status, checked.body, verdict)
+                return
+            body = checked[0]
+            if not state.settings.lean:
+                entry["body"] = body
+        dropping = rule is not None and rule.action == "drop"
+        quiet = dropping or fail_after is not None
+        if state.settings.lean and endpoint.group == "users_track":
+            outcome = handle_track_lean(body, state.settings, state.counters)
+            entry["status"] = outcome.status
+            if not quiet:
+                await answer(outcome.status, outcome.body, verdict)
+        else:
+            await self._downstream(scope, send, body, verdict, entry, quiet)
+        if dropping:
+            if not _abort_connection(send):
+                raise DroppedConnection(f"sandbox fault: dropped {method} {path}")
+        elif fail_after is not None:
+            entry["status"] = fail_after
+            await answer(fail_after, {"message": FAULT_MESSAGES[fail_after]}, verdict)
+
+    @staticmethod
+    async def _read_json(
+        headers: dict[bytes, bytes], receive: Receive, limit: int
+    ) -> tuple[Any] | Outcome:
+        """The parsed JSON body (in a 1-tuple), or the 415/413/400 outcome."""
+        ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if ctype != b"application/json":
+            return Outcome(415, {"message": UNSUPPORTED})
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return Outcome(413, {"message": TOO_LARGE})
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return Outcome(413, {"message": TOO_LARGE})
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        try:
+            return (orjson.loads(b"".join(chunks)),)
+        except orjson.JSONDecodeError:
+            return Outcome(400, {"message": PARSE_ERROR, "errors": [PARSE_ERROR]})
+
+    async def _downstream(
+        self,
+        scope: Scope,
+        send: Send,
+        body: Any,
+        verdict: Verdict,
+        entry: dict[str, Any],
+        quiet: bool,
+    ) -> None:
+        """Run the router with the body replayed; add rate headers; swallow if ``quiet``."""
+        scope.setdefault("state", {})["json_body"] = body
+        payload = orjson.dumps(body) if body is not None else b""
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": payload, "more_body": False}
+            await asyncio.sleep(3600)  # a handler never waits for a disconnect here
+            return {"type": "http.disconnect"}
+
+        async def tagged_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                entry["status"] = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), *verdict.headers()]}
+            if not quiet:
+                await send(message)
+
+        await super().__call__(scope, replay, tagged_send)
+
+
+# ---- core API routes -------------------------------------------------------------------------
+
+
+def _handler(
+    run: Callable[[Any, SandboxState], Outcome],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        state: SandboxState = request.app.state.sandbox
+        outcome = run(request.state.json_body, state)
+        return control.json_response(outcome.body, outcome.status)
+
+    return endpoint
+
+
+def core_routes() -> list[Route]:
+    """Routes of the endpoints written in this package's core modules."""
+    table: list[tuple[str, Callable[[Any, SandboxState], Outcome]]] = [
+        ("/users/track", lambda b, s: handle_track(b, s.settings, s.store, s.counters)),
+        ("/subscription/status/set", lambda b, s: subscriptions.handle_v1(b, s.store)),
+        ("/v2/subscription/status/set", lambda b, s: subscriptions.handle_v2(b, s.store)),
+        ("/users/merge", lambda b, s: identity.handle_merge(b, s.store)),
+        ("/users/delete", lambda b, s: identity.handle_delete(b, s.store)),
+        ("/users/identify", lambda b, s: identity.handle_identify(b, s.store)),
+        ("/users/alias/update", lambda b, s: identity.handle_alias_update(b, s.store)),
+        ("/users/alias/new", lambda b, s: identity.handle_alias_new(b, s.store)),
+    ]
+    return [Route(path, _handler(run), methods=["POST"]) for path, run in table]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "Internal Server Error"
+    return control.json_response({"message": detail}, status)
+
+
+def create_app(settings: SandboxSettings | None = None) -> Starlette:
+    """A new sandbox application with its own state (``app.state.sandbox``).
+
+    Raises :class:`engage_sandbox.seed.SeedError` or
+    :class:`engage_sandbox.faults.FaultError` for a bad seed or bad initial faults.
+    """
+    settings = settings or SandboxSettings()
+    state = SandboxState(settings, load_seed(settings.seed))
+    routes = [
+        *control.routes(),
+        *core_routes(),
+        *messaging.routes(),
+        *dashboard.routes(),
+        *scim.routes(),
+    ]
+    app = SandboxApp(routes=routes, exception_handlers={HTTPException: _http_error})
+    app.sandbox = state
+    app.state.sandbox = state
+    return app

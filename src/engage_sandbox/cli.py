@@ -1,0 +1,98 @@
+"""``engage-sandbox``: serve the sandbox on 127.0.0.1.
+
+Example: ``engage-sandbox --port 8787 --seed config/sandbox-seed.yaml [--lean]
+[--limit-mode total75|per_array75|total50] [--faults faults.yaml] [--no-rate-limits]``.
+Prints one line with the URL once the socket is bound, then serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import uvicorn
+import yaml
+
+from engage_sandbox.app import create_app
+from engage_sandbox.faults import FaultError, parse_rules
+from engage_sandbox.seed import SeedError
+from engage_sandbox.server import HOST, bind_loopback, uvicorn_config
+from engage_sandbox.settings import (
+    DEFAULT_RATE_LIMITS,
+    LIMIT_MODES,
+    MAX_BODY_BYTES,
+    RateLimit,
+    SandboxSettings,
+)
+
+
+def _rate_limit(text: str) -> tuple[str, RateLimit]:
+    group, _, figures = text.partition("=")
+    limit, _, window = figures.partition("/")
+    if group not in DEFAULT_RATE_LIMITS or not limit.isdigit() or not window.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected GROUP=LIMIT/SECONDS with GROUP in {sorted(DEFAULT_RATE_LIMITS)}"
+        )
+    return group, RateLimit(int(limit), int(window))
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line parser."""
+    p = argparse.ArgumentParser(
+        prog="engage-sandbox", description="Local stand-in for the engagement service."
+    )
+    p.add_argument("--port", type=int, default=8787, help="port on 127.0.0.1 (0 = any free)")
+    p.add_argument("--seed", help="seed YAML (default: the packaged demo seed)")
+    p.add_argument("--lean", action="store_true", help="no profile store: count only")
+    p.add_argument("--limit-mode", choices=LIMIT_MODES, default="total75")
+    p.add_argument("--faults", help="YAML/JSON file with a list of fault rules")
+    p.add_argument("--no-rate-limits", action="store_true", help="never answer 429")
+    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
+    p.add_argument(
+        "--rate-limit", type=_rate_limit, action="append", default=[],
+        metavar="GROUP=LIMIT/SECONDS", help="override one rate-limit group (repeatable)",
+    )
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def _faults(path: str | None) -> list[dict[str, Any]]:
+    if path is None:
+        return []
+    with open(path, encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle)
+    if isinstance(raw, dict) and "faults" in raw:
+        raw = raw["faults"]
+    parse_rules(raw)  # fail early with a clear message
+    return list(raw) if isinstance(raw, list) else [raw]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        settings = SandboxSettings(
+            seed=args.seed,
+            lean=args.lean,
+            limit_mode=args.limit_mode,
+            max_body_bytes=args.max_body_bytes,
+            rate_limits=dict(args.rate_limit),
+            rate_limiting=not args.no_rate_limits,
+            faults=_faults(args.faults),
+        )
+        app = create_app(settings)
+    except (SeedError, FaultError, OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"engage-sandbox: {exc}", file=sys.stderr)
+        return 2
+    sock = bind_loopback(args.port)
+    url = f"http://{HOST}:{sock.getsockname()[1]}"
+    mode = "lean" if args.lean else "full"
+    print(f"engage-sandbox listening on {url} ({mode} mode, control plane {url}/_sandbox)",
+          flush=True)
+    uvicorn.Server(uvicorn_config(app, args.log_level)).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

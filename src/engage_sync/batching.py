@@ -1,0 +1,112 @@
+"""Pack items into /users/track requests that are as full as the limits allow (pure).
+
+Invariants (checked by property tests):
+- every item given is in exactly one request, in the order given;
+- a request never holds more objects than `objects_per_request` in total (or per array, with
+  `per_array`), and its body is never longer than `max_body_bytes`;
+- a request is cut only when the next item would break a limit, so requests are full: the
+  number of requests is the minimum for the item order given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from engage_sync.model import Item
+
+ARRAYS = ("attributes", "events", "purchases")
+_OVERHEAD = len(b'{"attributes":[],"events":[],"purchases":[]}')
+
+
+@dataclass(frozen=True, slots=True)
+class TrackLimits:
+    objects_per_request: int = 75
+    per_array: bool = False
+    max_body_bytes: int = 4_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TrackBatch:
+    """Items of one request, in order, and the request body built from their blobs."""
+
+    items: tuple[Item, ...]
+    positions: tuple[tuple[str, int], ...]
+    body: bytes
+
+
+def item_fits_alone(item: Item, limits: TrackLimits) -> bool:
+    return len(item.blob) + _OVERHEAD <= limits.max_body_bytes
+
+
+class TrackPacker:
+    """Incremental greedy packer: `add` returns a full batch when the item does not fit the
+    current one (the item then starts the next), `flush` returns what is pending."""
+
+    def __init__(self, limits: TrackLimits) -> None:
+        self.limits = limits
+        self._reset()
+
+    def _reset(self) -> None:
+        self.pending: list[Item] = []
+        self.counts = dict.fromkeys(ARRAYS, 0)
+        self.size = _OVERHEAD
+
+    def add(self, item: Item) -> TrackBatch | None:
+        """Raises ValueError for an item too large for any request (transform rejects those)."""
+        limits = self.limits
+        if not item_fits_alone(item, limits):
+            raise ValueError(f"row {item.key}: object of {len(item.blob)} bytes fits no request")
+        extra = len(item.blob) + (1 if self.counts[item.array] else 0)
+        full = (
+            self.counts[item.array] >= limits.objects_per_request
+            if limits.per_array
+            else len(self.pending) >= limits.objects_per_request
+        )
+        done = None
+        if self.pending and (full or self.size + extra > limits.max_body_bytes):
+            done = self.flush()
+            extra = len(item.blob)
+        self.pending.append(item)
+        self.counts[item.array] += 1
+        self.size += extra
+        return done
+
+    def flush(self) -> TrackBatch | None:
+        if not self.pending:
+            return None
+        batch = build_track(self.pending)
+        self._reset()
+        return batch
+
+
+def pack_track(items: Iterable[Item], limits: TrackLimits) -> Iterator[TrackBatch]:
+    """All items packed greedily, in order."""
+    packer = TrackPacker(limits)
+    for item in items:
+        done = packer.add(item)
+        if done is not None:
+            yield done
+    last = packer.flush()
+    if last is not None:
+        yield last
+
+
+def build_track(items: list[Item]) -> TrackBatch:
+    """Body with only the arrays that have items; positions index into each array."""
+    by_array: dict[str, list[Item]] = {a: [] for a in ARRAYS}
+    for item in items:
+        by_array[item.array].append(item)
+    parts = []
+    positions: dict[int, tuple[str, int]] = {}
+    for array in ARRAYS:
+        group = by_array[array]
+        if not group:
+            continue
+        parts.append(b'"' + array.encode() + b'":[' + b",".join(i.blob for i in group) + b"]")
+        for index, item in enumerate(group):
+            positions[id(item)] = (array, index)
+    body = b"{" + b",".join(parts) + b"}"
+    return TrackBatch(
+        items=tuple(items), positions=tuple(positions[id(i)] for i in items), body=body
+    )

@@ -1,0 +1,289 @@
+"""Integration files (YAML) parsed once into frozen models.
+
+A bad file raises `ConfigError` naming the file, the key and the fix. Secrets never live in
+these files: the warehouse URL may reference `${ENV_VAR}` and the API key is read from the
+environment variable named by `service.api_key_env` at run time (see `secrets.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from engage_sync.errors import ConfigError
+
+Kind = Literal["attributes", "events", "purchases"]
+IdentifierKind = Literal["external_id", "user_alias", "platform_id", "email", "phone"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """'90s', '5m', '2h', '1d' or a number of seconds → timedelta; raises ValueError."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=float(value))
+    match = _DURATION.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; write it like 90s, 5m, 2h or 1d")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Warehouse(_Frozen):
+    """Where rows come from. `url` is a SQLAlchemy URL and may hold `${ENV_VAR}` references."""
+
+    url: str = "duckdb:///warehouse.duckdb"
+
+
+class Source(_Frozen):
+    """Exactly one of `table` or `query`. A view is read like a table."""
+
+    table: str | None = None
+    schema_name: str | None = Field(default=None, alias="schema")
+    query: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Source:
+        if (self.table is None) == (self.query is None):
+            raise ValueError("give exactly one of 'table' (a table or view) or 'query' (SQL)")
+        return self
+
+
+class Limits(_Frozen):
+    """Request limits of the service; every figure is a default an account may change."""
+
+    objects_per_request: int = Field(default=75, ge=1, le=75)
+    per_array: bool = False
+    max_body_bytes: int = Field(default=4_000_000, ge=10_000, le=4_000_000)
+    ids_per_request: int = Field(default=50, ge=1, le=50)
+
+
+class RateLimit(_Frozen):
+    requests: int = Field(default=3000, ge=1)
+    per_seconds: float = Field(default=3.0, gt=0)
+
+
+class Service(_Frozen):
+    base_url: str = "http://127.0.0.1:8787"
+    api_key_env: str = "ENGAGE_API_KEY"
+    limits: Limits = Limits()
+    rate_limit: RateLimit = RateLimit()
+    max_in_flight: int = Field(default=4, ge=1, le=64)
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    retry_deadline_seconds: float = Field(default=600.0, gt=0)
+
+
+class PayloadFormat(_Frozen):
+    """The service's own warehouse-sync format: UPDATED_AT, one identifier, JSON PAYLOAD."""
+
+    identifier: IdentifierKind = "external_id"
+    payload_column: str = "PAYLOAD"
+
+
+class EventMapping(_Frozen):
+    name: str | None = None
+    name_column: str | None = None
+    time: str | None = None
+    app_id: str | None = None
+    properties: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _one_name(self) -> EventMapping:
+        if (self.name is None) == (self.name_column is None):
+            raise ValueError("give exactly one of 'name' (a fixed event name) or 'name_column'")
+        return self
+
+
+class PurchaseMapping(_Frozen):
+    product_id: str
+    currency: str
+    price: str
+    quantity: str | None = None
+    time: str | None = None
+    app_id: str | None = None
+    properties: dict[str, str] = {}
+
+
+class Identifier(_Frozen):
+    """Mapped format: which column(s) name the user. Exactly one kind."""
+
+    external_id: str | None = None
+    alias_name: str | None = None
+    alias_label: str | None = None
+    platform_id: str | None = None
+    email: str | None = None
+    phone: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Identifier:
+        kinds = [k for k in ("external_id", "platform_id", "email", "phone") if getattr(self, k)]
+        if (self.alias_name is None) != (self.alias_label is None):
+            raise ValueError("'alias_name' and 'alias_label' go together")
+        if self.alias_name:
+            kinds.append("user_alias")
+        if len(kinds) != 1:
+            raise ValueError(
+                "name exactly one identifier: external_id, alias_name + alias_label, "
+                "platform_id, email or phone"
+            )
+        return self
+
+    @property
+    def kind(self) -> IdentifierKind:
+        for k in ("external_id", "platform_id", "email", "phone"):
+            if getattr(self, k):
+                return k
+        return "user_alias"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        if self.alias_name and self.alias_label:
+            return (self.alias_name, self.alias_label)
+        return (str(getattr(self, self.kind)),)
+
+
+class MappedFormat(_Frozen):
+    """Any table or query: columns mapped to the identifier and to attributes / event / purchase."""
+
+    identifier: Identifier
+    attributes: dict[str, str] = {}
+    event: EventMapping | None = None
+    purchase: PurchaseMapping | None = None
+
+
+_PAYLOAD_ID_COLUMNS: dict[str, tuple[str, ...]] = {
+    "external_id": ("EXTERNAL_ID",),
+    "user_alias": ("ALIAS_NAME", "ALIAS_LABEL"),
+    "platform_id": ("BRAZE_ID",),
+    "email": ("EMAIL",),
+    "phone": ("PHONE",),
+}
+
+
+class Integration(_Frozen):
+    """One synced table. Built only by `load_integration`; frozen afterwards."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
+    kind: Kind
+    warehouse: Warehouse = Warehouse()
+    source: Source
+    cursor_column: str = "UPDATED_AT"
+    row_key: tuple[str, ...] = ()
+    payload: PayloadFormat | None = None
+    mapping: MappedFormat | None = None
+    service: Service = Service()
+    extract_batch_rows: int = Field(default=10_000, ge=100, le=1_000_000)
+    settle_lag: Duration = timedelta(seconds=0)
+    lookback: Duration | None = None
+    in_doubt: Literal["resend", "skip"] = "resend"
+    update_existing_only: bool | None = None
+    failed_rows_alert_share: float | None = Field(default=None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _format(self) -> Integration:
+        if self.payload is not None and self.mapping is not None:
+            raise ValueError("give 'payload' (the service's sync format) or 'mapping', not both")
+        if self.mapping is not None:
+            m = self.mapping
+            wanted = {"attributes": bool(m.attributes), "events": m.event is not None,
+                      "purchases": m.purchase is not None}
+            if not wanted[self.kind]:
+                section = {"attributes": "attributes", "events": "event", "purchases": "purchase"}
+                raise ValueError(f"kind '{self.kind}' needs 'mapping.{section[self.kind]}'")
+        return self
+
+    @property
+    def payload_format(self) -> PayloadFormat | None:
+        """The payload format in effect: explicit, or the default when no mapping is given."""
+        if self.mapping is not None:
+            return None
+        return self.payload or PayloadFormat()
+
+    @property
+    def identifier_columns(self) -> tuple[str, ...]:
+        if self.mapping is not None:
+            return self.mapping.identifier.columns
+        fmt = self.payload_format
+        assert fmt is not None
+        return _PAYLOAD_ID_COLUMNS[fmt.identifier]
+
+    @property
+    def identifier_kind(self) -> IdentifierKind:
+        if self.mapping is not None:
+            return self.mapping.identifier.kind
+        fmt = self.payload_format
+        assert fmt is not None
+        return fmt.identifier
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """Columns that make a row unique within one cursor value, in sort order.
+
+        Default: the identifier columns for attributes (one row per user and change); for
+        events and purchases in the payload format the identifier plus PAYLOAD, since that
+        format has no event id column.
+        """
+        if self.row_key:
+            return self.row_key
+        if self.kind == "attributes" or self.mapping is not None:
+            return self.identifier_columns
+        fmt = self.payload_format
+        assert fmt is not None
+        return (*self.identifier_columns, fmt.payload_column)
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"key '{loc}': {msg}")
+    return "; ".join(parts)
+
+
+def parse_integration(raw: Any, *, file: str) -> Integration:
+    """A mapping (as read from YAML) → Integration. Raises ConfigError naming file and key."""
+    if not isinstance(raw, dict):
+        raise ConfigError("the file must hold a mapping of keys (name, kind, source, ...)",
+                          file=file)
+    raw = {"name": Path(file).stem, **raw}
+    try:
+        return Integration.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc), file=file) from exc
+
+
+def load_integration(path: str | Path) -> Integration:
+    """Read and validate one integration file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file ({exc.strerror})", file=str(path)) from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from exc
+    return parse_integration(raw, file=str(path))
+
+
+def integration_files(folder: str | Path) -> list[Path]:
+    """The integration files of a folder, sorted by name (files starting with '_' are skipped)."""
+    folder = Path(folder)
+    return sorted(
+        p for p in [*folder.glob("*.yaml"), *folder.glob("*.yml")] if not p.name.startswith("_")
+    )

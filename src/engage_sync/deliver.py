@@ -1,0 +1,243 @@
+"""Send requests to the service: rate budget, HTTP, classify, retry what is safe.
+
+The delivery layer is the only retry owner (DESIGN rule 6). Per attempt: take a slot of the
+endpoint group's shared budget, POST, let the budget read the rate-limit headers, `classify`.
+Then tenacity decides: ``retry`` outcomes are retried until the deadline; ``in_doubt`` ones
+only when `request.resend_in_doubt`; ``ok``, ``failed`` and ``fatal`` are final. Waits grow
+exponentially with jitter and never undercut `X-RateLimit-Reset` (after a 429) or `Retry-After`.
+
+Secrets: the API key is held privately, sent only in the Authorization header, and scrubbed
+from every reason; log lines carry the endpoint, status, attempt and item count, never the key
+or the body. Thread-safe: one `Deliverer` may serve a small pool of threads sharing one client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+from tenacity import RetryCallState, Retrying, wait_exponential, wait_random
+
+from engage_sync.classify import Outcome, classify
+from engage_sync.ratelimit import (
+    Clock,
+    RateBudget,
+    RateBudgets,
+    Sleep,
+    parse_reset,
+    parse_retry_after,
+)
+from engage_sync.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+class DeliveryLog(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes delivery lines with `[integration]` when the context names one."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        name = self.extra.get("integration") if self.extra else None
+        return (f"[{name}] {msg}" if name else msg), kwargs
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Delivery:
+    """The final outcome of one request and how it was reached.
+
+    `doubtful_attempts` counts attempts that may have been processed without an answer; when
+    it is above zero and the request was sent again, its events or purchases may be doubled.
+    """
+
+    outcome: Outcome
+    attempts: int
+    doubtful_attempts: int = 0
+
+
+@dataclass(slots=True)
+class _Attempt:
+    outcome: Outcome
+    floor: float  # the service's own minimum wait before the next attempt, in seconds
+
+
+@dataclass(slots=True)
+class _Send:
+    """Per-call state, passed through tenacity as the attempted function's argument."""
+
+    request: Request
+    budget: RateBudget
+    give_up_at: float
+    attempts: int = 0
+    doubtful: int = 0
+
+
+_RETRYABLE = frozenset({"retry", "in_doubt"})
+
+
+class Deliverer:
+    """Sends `Request`s through a caller-owned `httpx.Client` (keep-alive, closed by the caller).
+
+    `base_url` defaults to the client's. After a ``fatal`` outcome (401, 403) every later
+    `send` returns that outcome at once, without sending: the run must stop.
+    Raises ValueError at construction for an empty key or one unfit for a header.
+    """
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        api_key: str,
+        budgets: RateBudgets,
+        *,
+        base_url: str | None = None,
+        retry_deadline: float = 600.0,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        sleep: Sleep = time.sleep,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+        log_context: Mapping[str, object] | None = None,
+    ) -> None:
+        if not api_key or not api_key.isprintable() or api_key != api_key.strip():
+            raise ValueError(
+                "the API key is empty or holds spaces or control characters; "
+                "check the environment variable named by service.api_key_env"
+            )
+        self._client = client
+        self._key = api_key
+        self._budgets = budgets
+        self._base = (base_url or str(client.base_url)).rstrip("/")
+        if not self._base:
+            raise ValueError("no base URL: give base_url or a client built with one")
+        self._prefix = self._base if base_url else ""
+        self._deadline = retry_deadline
+        self._clock, self._wall = clock, wall
+        self._log = DeliveryLog(logger, dict(log_context or {}))
+        self._fatal: Outcome | None = None
+        self._budget_cache: dict[str, RateBudget] = {}
+        headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._headers = headers
+        self._bulk_headers = {**headers, "X-Braze-Bulk": "true"}
+        self._backoff = wait_exponential(multiplier=backoff_initial, max=backoff_max) + wait_random(
+            0, backoff_initial
+        )
+        self._retrying = Retrying(
+            sleep=sleep,
+            retry=self._wants_retry,
+            wait=self._wait,
+            stop=self._stop,
+            before_sleep=self._warn,
+            retry_error_callback=_last_result,
+        )
+
+    def __repr__(self) -> str:
+        return f"Deliverer(base_url={self._base!r}, retry_deadline={self._deadline:g})"
+
+    @property
+    def fatal(self) -> Outcome | None:
+        """The fatal outcome that stopped this deliverer, if any."""
+        return self._fatal
+
+    def send(self, request: Request) -> Delivery:
+        """Deliver one request; never raises for HTTP trouble, which becomes the outcome."""
+        if self._fatal is not None:
+            return Delivery(self._fatal, attempts=0)
+        state = _Send(request, self._budget(request.group), self._clock() + self._deadline)
+        last: _Attempt = self._retrying(self._attempt, state)
+        return Delivery(self._final(state, last.outcome), state.attempts, state.doubtful)
+
+    # --- one attempt ------------------------------------------------------------------------
+
+    def _attempt(self, state: _Send) -> _Attempt:
+        request = state.request
+        state.budget.acquire()
+        state.attempts += 1
+        headers = self._bulk_headers if request.bulk else self._headers
+        floor = 0.0
+        try:
+            response = self._client.post(
+                self._prefix + request.endpoint, content=request.body, headers=headers
+            )
+        except httpx.RequestError as exc:
+            outcome = classify(request, None, None, exc)
+        else:
+            state.budget.observe(response.headers)
+            outcome = classify(request, response.status_code, response.content, None)
+            if outcome.kind in _RETRYABLE:
+                floor = self._floor(outcome, response.headers, state.budget)
+        if self._key in outcome.reason:  # defence in depth: classify never sees the key
+            outcome = replace(outcome, reason=outcome.reason.replace(self._key, "***"))
+        if outcome.kind == "in_doubt":
+            state.doubtful += 1
+        elif outcome.kind == "fatal":
+            self._fatal = outcome
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log.debug(
+                "POST %s -> %s %s (attempt %d, %d items)", request.endpoint,
+                outcome.status if outcome.status is not None else "-", outcome.kind,
+                state.attempts, len(request.items),
+            )
+        return _Attempt(outcome, floor)
+
+    def _floor(self, outcome: Outcome, headers: httpx.Headers, budget: RateBudget) -> float:
+        now = self._wall()
+        floor = parse_retry_after(headers, now) or 0.0
+        if outcome.status == 429:
+            reset = parse_reset(headers, now)
+            if reset is not None:
+                budget.pause_until(reset)  # everyone sharing the budget waits, not just us
+                floor = max(floor, reset - now)
+        return floor
+
+    def _budget(self, group: str) -> RateBudget:
+        found = self._budget_cache.get(group)
+        if found is None:
+            found = self._budget_cache.setdefault(group, self._budgets.budget(self._base, group))
+        return found
+
+    # --- tenacity policy --------------------------------------------------------------------
+
+    def _wants_retry(self, rs: RetryCallState) -> bool:
+        state: _Send = rs.args[0]
+        kind = _last_result(rs).outcome.kind
+        if self._fatal is not None:
+            return False
+        return kind == "retry" or (kind == "in_doubt" and state.request.resend_in_doubt)
+
+    def _wait(self, rs: RetryCallState) -> float:
+        return max(self._backoff(rs), _last_result(rs).floor)
+
+    def _stop(self, rs: RetryCallState) -> bool:
+        state: _Send = rs.args[0]
+        return self._clock() + rs.upcoming_sleep > state.give_up_at
+
+    def _warn(self, rs: RetryCallState) -> None:
+        state: _Send = rs.args[0]
+        attempt = _last_result(rs)
+        self._log.warning(
+            "POST %s: %s; attempt %d of %d items, retrying in %.2f s",
+            state.request.endpoint, attempt.outcome.reason, state.attempts,
+            len(state.request.items), rs.upcoming_sleep,
+        )
+
+    def _final(self, state: _Send, outcome: Outcome) -> Outcome:
+        """A retryable outcome still standing when retrying stopped: say so, and how it ends."""
+        gave_up_doubt = outcome.kind == "in_doubt" and state.request.resend_in_doubt
+        if outcome.kind != "retry" and not gave_up_doubt:
+            return outcome
+        why = "stopped by a fatal error" if self._fatal is not None else "deadline reached"
+        gave_up = f"gave up after {state.attempts} attempts ({why}): {outcome.reason}"
+        if gave_up_doubt:
+            return replace(outcome, reason=gave_up)
+        if state.doubtful:
+            # An earlier attempt may have been processed: failing the items would be a lie.
+            return replace(outcome, kind="in_doubt", reason=f"{gave_up}; an earlier attempt "
+                           "may have been processed")
+        return replace(outcome, kind="failed", reason=gave_up)
+
+
+def _last_result(rs: RetryCallState) -> _Attempt:
+    return rs.outcome.result()  # type: ignore[union-attr]
+

@@ -1,0 +1,198 @@
+"""Read the rows of a window from the warehouse as Arrow record batches.
+
+Invariants:
+- rows come in (cursor column, key columns) order, strictly after the window's start cursor and
+  at or before its signpost; the same window read twice yields the same rows in the same order
+  (as long as the source does not change under it);
+- SQL is built with SQLAlchemy Core and quoted identifiers, never by string formatting; a SQL
+  `query` from the config is wrapped as a subquery;
+- column names in the batches are spelled as in the config, whatever the case in the source
+  (PostgreSQL folds unquoted names to lower case, Snowflake to upper case);
+- memory is bounded by `batch_rows`: DuckDB streams Arrow natively, other dialects use a
+  server-side cursor (`stream_results`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from engage_sync.errors import SourceError
+
+Cursor = tuple[Any, ...]
+"""(cursor value, *key values): the position of a row in the total order of a source."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Rows with start < (cursor, key) and cursor <= signpost; start None = from the beginning.
+
+    `floor` (used by backfills and lookback) additionally requires cursor >= floor.
+    """
+
+    start: Cursor | None
+    signpost: datetime | None
+    floor: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """What to read: a table (optionally with schema) or a SQL query, and which columns."""
+
+    integration: str
+    table: str | None
+    schema: str | None
+    query: str | None
+    cursor_column: str
+    key_columns: tuple[str, ...]
+    columns: tuple[str, ...]
+
+
+def _source(spec: SourceSpec) -> sa.FromClause:
+    if spec.query is not None:
+        return sa.text(spec.query).columns().subquery("engage_src")
+    assert spec.table is not None
+    return sa.table(spec.table, schema=spec.schema)
+
+
+def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
+    """Config column name → the source's own spelling. Raises SourceError naming what is missing."""
+    try:
+        probe: sa.Select[Any] = (
+            sa.select(sa.literal_column("*")).select_from(_source(spec)).limit(0)
+        )
+        actual = list(conn.execute(probe).keys())
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: cannot read the source "
+            f"({_what(spec)}): {_first_line(exc)}"
+        ) from exc
+    exact = {a: a for a in actual}
+    folded: dict[str, list[str]] = {}
+    for a in actual:
+        folded.setdefault(a.lower(), []).append(a)
+    resolved: dict[str, str] = {}
+    for name in spec.columns:
+        if name in exact:
+            resolved[name] = name
+        elif len(folded.get(name.lower(), [])) == 1:
+            resolved[name] = folded[name.lower()][0]
+        else:
+            raise SourceError(
+                f"integration {spec.integration}: column '{name}' is not in {_what(spec)} "
+                f"(columns there: {', '.join(actual) or 'none'}); fix the config or the source"
+            )
+    return resolved
+
+
+def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window) -> sa.Select[Any]:
+    """The ordered, windowed SELECT. The compound-cursor predicate is spelled out with OR/AND
+    (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
+    src = _source(spec)
+
+    def col(name: str) -> sa.ColumnClause[Any]:
+        return sa.column(resolved[name])
+
+    order = [col(spec.cursor_column), *(col(k) for k in spec.key_columns)]
+    query = sa.select(*(col(c).label(c) for c in spec.columns)).select_from(src)
+    if window.start is not None:
+        query = query.where(_after(order, window.start))
+    if window.signpost is not None:
+        query = query.where(order[0] <= window.signpost)
+    if window.floor is not None:
+        query = query.where(order[0] >= window.floor)
+    return query.order_by(*order)
+
+
+def _after(order: Sequence[sa.ColumnElement[Any]], start: Cursor) -> sa.ColumnElement[bool]:
+    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...))."""
+    if len(order) != len(start):
+        raise ValueError("cursor and order columns differ in length")
+    clause: sa.ColumnElement[bool] = order[-1] > start[-1]
+    for column, value in zip(reversed(order[:-1]), reversed(start[:-1]), strict=True):
+        clause = sa.or_(column > value, sa.and_(column == value, clause))
+    return clause
+
+
+def stream_batches(
+    engine: Engine, spec: SourceSpec, window: Window, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """Yield the window's rows as record batches of at most `batch_rows` rows."""
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+            query = build_query(spec, resolved, window)
+            if engine.dialect.name == "duckdb":
+                yield from _duckdb_batches(conn, query, batch_rows)
+            else:
+                yield from _generic_batches(conn, query, spec.columns, batch_rows)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+        ) from exc
+
+
+def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
+    """One value of the cursor column (or None for an empty source), to learn its Python type:
+    aware datetime, naive datetime (taken as UTC) or text (SQLite)."""
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+            query: sa.Select[Any] = sa.select(sa.column(resolved[spec.cursor_column])).select_from(
+                _source(spec)).limit(1)
+            return conn.scalar(query)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+        ) from exc
+
+
+def _duckdb_batches(
+    conn: Connection, query: sa.Select[Any], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    compiled = query.compile(dialect=conn.dialect)
+    params = [compiled.params[name] for name in (compiled.positiontup or [])]
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    reader = raw.sql(str(compiled), params=params).to_arrow_reader(batch_rows)
+    for batch in reader:
+        if batch.num_rows:
+            yield batch
+
+
+def _generic_batches(
+    conn: Connection, query: sa.Select[Any], names: Sequence[str], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    result = conn.execution_options(stream_results=True, yield_per=batch_rows).execute(query)
+    for rows in result.partitions(batch_rows):
+        if not rows:
+            continue
+        columns = list(zip(*rows, strict=True))
+        yield pa.RecordBatch.from_arrays(
+            [_to_array(values) for values in columns], names=list(names)
+        )
+
+
+def _to_array(values: Sequence[Any]) -> pa.Array:
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        # mixed Python types (e.g. a JSON column): keep them as strings of their JSON-ish form
+        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
+
+
+def _what(spec: SourceSpec) -> str:
+    if spec.query is not None:
+        return "the configured query"
+    return f"table {spec.schema + '.' if spec.schema else ''}{spec.table}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

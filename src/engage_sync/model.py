@@ -1,0 +1,65 @@
+"""Plain data that flows between the parts of the pipeline.
+
+Invariants:
+- an `Item` is one object of one request array, serialized once (`blob`), and knows the source
+  row it came from (`seq`, the row's position in the run's ordered stream) and its `key`;
+- a `Reject` is a row that broke a rule of the spec, with the row key and a human reason; it
+  never carries payload values;
+- `seq` numbers rows of one window in (cursor, key) order, starting at 0 for the first row read
+  after the window's start cursor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Literal
+
+TrackArray = Literal["attributes", "events", "purchases"]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One object destined for one request array."""
+
+    seq: int
+    key: str
+    user: str
+    array: str
+    blob: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A source row refused before sending, with the reason (never the offending value)."""
+
+    seq: int
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransformResult:
+    items: list[Item] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+
+
+KEY_PART_MAX = 64
+
+
+def key_part(value: object) -> str:
+    """One row-key value as text: None → '', datetime/date → ISO 8601, other values → str;
+    text longer than KEY_PART_MAX characters → 'sha1:' + the first 16 hex digits of its SHA-1."""
+    if value is None:
+        return ""
+    text = value.isoformat() if isinstance(value, date) else str(value)
+    if len(text) > KEY_PART_MAX:
+        return "sha1:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+    return text
+
+
+def render_key(values: Iterable[object]) -> str:
+    """The row key shown to users and stored with rejects: key parts joined by '|'."""
+    return "|".join(key_part(v) for v in values)

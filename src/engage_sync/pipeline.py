@@ -1,0 +1,461 @@
+"""One run of one integration: window → extract → transform → batch → deliver → journal.
+
+Invariants (DESIGN.md rules 1–5 and 7):
+- the window is fixed when the run opens; a resumed run re-reads the same window from its
+  progress and skips the ranges its journal already settled;
+- a request is journaled before it leaves; the cursor moves only over the longest prefix of
+  settled ranges (`Progress`);
+- two requests that touch the same user are never in flight at once;
+- every row read ends as synced, rejected, failed or in doubt.
+No Prefect here: flows call `run_sync`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import httpx
+from sqlalchemy.engine import Engine
+
+from engage_sync.batching import TrackBatch, TrackLimits, TrackPacker
+from engage_sync.config import Integration
+from engage_sync.deliver import Deliverer
+from engage_sync.errors import ConfigError, SyncError
+from engage_sync.extract import Cursor, SourceSpec, Window, sample_cursor, stream_batches
+from engage_sync.model import Item
+from engage_sync.ratelimit import RateBudgets
+from engage_sync.request import Request
+from engage_sync.state import (
+    JournalEntry,
+    Settlement,
+    StateStore,
+    decode_cursor,
+    encode_cursor,
+)
+from engage_sync.status import job_status, record
+from engage_sync.transform import transform_batch
+
+log = logging.getLogger("engage_sync.pipeline")
+
+Mode = Literal["incremental", "backfill", "full_resync"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    mode: Mode = "incremental"
+    dry_run: bool = False
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass
+class Deps:
+    """What a run needs from outside, passed in (tests hand in fakes or loopback servers)."""
+
+    engine: Engine
+    state: StateStore
+    client: httpx.Client
+    api_key: str
+    budgets: RateBudgets = field(default_factory=RateBudgets)
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    on_progress: Callable[[dict[str, int]], None] | None = None
+
+
+@dataclass
+class DryRun:
+    rows: int = 0
+    requests: int = 0
+    rejects: list[tuple[str, str]] = field(default_factory=list)
+    sample: list[bytes] = field(default_factory=list)
+
+
+def source_spec(integration: Integration) -> SourceSpec:
+    cols = [integration.cursor_column, *integration.key_columns, *data_columns(integration)]
+    return SourceSpec(
+        integration=integration.name,
+        table=integration.source.table,
+        schema=integration.source.schema_name,
+        query=integration.source.query,
+        cursor_column=integration.cursor_column,
+        key_columns=integration.key_columns,
+        columns=tuple(dict.fromkeys(cols)),
+    )
+
+
+def data_columns(integration: Integration) -> list[str]:
+    """Columns the transform reads, in addition to the cursor and key columns."""
+    cols = list(integration.identifier_columns)
+    fmt = integration.payload_format
+    if fmt is not None:
+        return [*cols, fmt.payload_column]
+    m = integration.mapping
+    assert m is not None
+    if integration.kind == "attributes":
+        cols += list(m.attributes)
+    elif integration.kind == "events" and m.event is not None:
+        e = m.event
+        cols += [c for c in (e.name_column, e.time, e.app_id) if c] + list(e.properties)
+    elif m.purchase is not None:
+        p = m.purchase
+        cols += [c for c in (p.product_id, p.currency, p.price, p.quantity, p.time, p.app_id)
+                 if c] + list(p.properties)
+    return cols
+
+
+def align(value: datetime, sample: Any) -> Any:
+    """A UTC datetime in the form of the source's cursor values (aware, naive UTC or text)."""
+    if isinstance(sample, datetime):
+        return value if sample.tzinfo is not None else value.replace(tzinfo=None)
+    if isinstance(sample, str):
+        sep = " " if len(sample) > 10 and sample[10] == " " else "T"
+        return value.replace(tzinfo=None).isoformat(sep=sep)
+    return value
+
+
+@dataclass
+class _Segment:
+    """A contiguous range of the source order: one request, or rows already settled."""
+
+    start: Cursor | None
+    end: Cursor
+    entry: JournalEntry | None = None
+    batch: TrackBatch | None = None
+    settled: bool = False
+
+
+class Progress:
+    """The longest prefix of settled segments; its end is where the cursor may move."""
+
+    def __init__(self, start: Cursor | None) -> None:
+        self.position = start
+        self.segments: deque[_Segment] = deque()
+
+    def add(self, segment: _Segment) -> None:
+        self.segments.append(segment)
+
+    def advance(self) -> Cursor | None:
+        """Pop settled segments at the head; returns the new position if it moved."""
+        moved = False
+        while self.segments and self.segments[0].settled:
+            self.position = self.segments.popleft().end
+            moved = True
+        return self.position if moved else None
+
+
+def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions()
+             ) -> dict[str, Any]:
+    """Run (or resume) one sync and return its status record."""
+    if options.dry_run:
+        raise ValueError("use dry_run() for a dry run")
+    return _Run(integration, deps, options).execute()
+
+
+class _Run:
+    def __init__(self, integration: Integration, deps: Deps, options: RunOptions) -> None:
+        self.i = integration
+        self.deps = deps
+        self.options = options
+        self.spec = source_spec(integration)
+        self.move_cursor = options.mode == "incremental"
+        self.limits = TrackLimits(
+            objects_per_request=integration.service.limits.objects_per_request,
+            per_array=integration.service.limits.per_array,
+            max_body_bytes=integration.service.limits.max_body_bytes,
+        )
+        self.resend_in_doubt = integration.kind == "attributes" or integration.in_doubt == "resend"
+        self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
+                       "in_doubt": 0}
+
+    # opening -------------------------------------------------------------------------------
+    def _window(self) -> tuple[str, Window, list[JournalEntry]]:
+        state, name, mode = self.deps.state, self.i.name, self.options.mode
+        resumed = state.unfinished_run(name, mode)
+        if resumed is not None:
+            run_id = resumed["run_id"]
+            state.take_over(run_id)
+            if self.resend_in_doubt:
+                state.drop_pending(run_id)
+            else:
+                state.mark_pending_in_doubt(run_id)
+            signpost = decode_cursor(resumed["signpost"])
+            floor = decode_cursor(resumed["floor"])
+            window = Window(
+                start=decode_cursor(resumed["progress"]),
+                signpost=signpost[0] if signpost else None,
+                floor=floor[0] if floor else None,
+            )
+            done = [e for e in state.journal_entries(run_id) if e.state != "pending"]
+            log.info("integration %s: resuming run %s", name, run_id)
+            return run_id, window, done
+        window = self._new_window()
+        run_id = state.open_run(name, mode, window.start, window.signpost, window.floor)
+        return run_id, window, []
+
+    def _new_window(self) -> Window:
+        now = self.deps.clock()
+        sample = sample_cursor(self.deps.engine, self.spec)
+        if self.options.mode == "backfill":
+            end = self.options.end or now - self.i.settle_lag
+            floor = self.options.start
+            return Window(
+                start=None,
+                signpost=align(min(end, now - self.i.settle_lag), sample),
+                floor=align(floor, sample) if floor else None,
+            )
+        start = None if self.options.mode == "full_resync" else self.deps.state.cursor(self.i.name)
+        return Window(start=start, signpost=align(now - self.i.settle_lag, sample))
+
+    # the run -------------------------------------------------------------------------------
+    def execute(self) -> dict[str, Any]:
+        state = self.deps.state
+        run_id, window, done = self._window()
+        self.run_id = run_id
+        try:
+            self._stream(window, done)
+        except SyncError as exc:
+            state.finish_run(run_id, "config_error" if isinstance(exc, ConfigError) else "error",
+                             message=str(exc))
+            raise
+        except BaseException:
+            # KeyboardInterrupt, crashes: leave the run `running` so the next start resumes it.
+            raise
+        counts = state.counts(run_id)
+        status = job_status(counts.synced, counts.failed, counts.rejected, counts.in_doubt)
+        state.finish_run(run_id, status)
+        return record(state.run(run_id))
+
+    def _rows(
+        self, window: Window,
+        on_rejects: Callable[[list[tuple[str, str, str]]], None] | None = None,
+    ) -> Iterator[tuple[Cursor, Item | None, tuple[str, str] | None]]:
+        """(cursor, item or None, (key, reason) or None) per row, in source order. Rejects of
+        each Arrow batch go to `on_rejects` as (position, key, reason) before its rows are
+        yielded, so they are durable before the cursor can pass them."""
+        seq = 0
+        names = [self.i.cursor_column, *self.i.key_columns]
+        for batch in stream_batches(self.deps.engine, self.spec, window,
+                                    self.i.extract_batch_rows):
+            columns = [batch.column(n).to_pylist() for n in names]
+            cursors = list(zip(*columns, strict=True))
+            result = transform_batch(self.i, batch, seq)
+            by_seq: list[Item | tuple[str, str] | None] = [None] * batch.num_rows
+            for item in result.items:
+                by_seq[item.seq - seq] = item
+            for reject in result.rejects:
+                by_seq[reject.seq - seq] = (reject.key, reject.reason)
+            if on_rejects is not None and result.rejects:
+                on_rejects([(encode_cursor(cursors[r.seq - seq]) or "", r.key, r.reason)
+                            for r in result.rejects])
+            for k, outcome in enumerate(by_seq):
+                if isinstance(outcome, Item):
+                    yield cursors[k], outcome, None
+                else:
+                    assert outcome is not None, "transform lost a row"
+                    yield cursors[k], None, outcome
+            seq += batch.num_rows
+
+    def _stream(self, window: Window, done: list[JournalEntry]) -> None:
+        state, name = self.deps.state, self.i.name
+        progress = Progress(window.start)
+        skips = deque(e for e in done if e.start is None or window.start is None
+                      or tuple(e.end) > tuple(window.start))
+        packer = TrackPacker(self.limits)
+        req_no = max((e.req_no for e in done), default=0)
+        segment_start: Cursor | None = window.start
+        last: Cursor | None = None
+        sender = _Sender(self, progress)
+
+        def record(rejects: list[tuple[str, str, str]]) -> None:
+            state.record_rejects(self.run_id, name, rejects)
+
+        try:
+            for cursor, item, reject in self._rows(window, record):
+                while skips and tuple(skips[0].end) < tuple(cursor):
+                    skips.popleft()
+                if skips and (skips[0].start is None or tuple(skips[0].start) < tuple(cursor)):
+                    # inside a range the journal already settled: cut before it, skip the row
+                    batch = packer.flush()
+                    if batch is not None:
+                        req_no += 1
+                        sender.submit(_Segment(segment_start, last, batch=batch), req_no)  # type: ignore[arg-type]
+                    entry = skips[0]
+                    if last != tuple(entry.end):
+                        progress.add(_Segment(entry.start, tuple(entry.end), settled=True))
+                    segment_start = last = tuple(entry.end)
+                    continue
+                self.counts["read"] += 1
+                if reject is not None:
+                    self.counts["rejected"] += 1
+                else:
+                    assert item is not None
+                    full = packer.add(item)
+                    if full is not None:
+                        req_no += 1
+                        sender.submit(_Segment(segment_start, last, batch=full), req_no)  # type: ignore[arg-type]
+                        segment_start = last
+                last = tuple(cursor)
+            batch = packer.flush()
+            if batch is not None:
+                req_no += 1
+                sender.submit(_Segment(segment_start, last, batch=batch), req_no)  # type: ignore[arg-type]
+            elif last is not None and last != segment_start:
+                progress.add(_Segment(segment_start, last, settled=True))
+            sender.drain()
+        finally:
+            sender.close()
+
+    def report(self) -> None:
+        if self.deps.on_progress is not None:
+            self.deps.on_progress(dict(self.counts))
+
+
+class _Sender:
+    """Sends segments' requests with a bounded number in flight, one user at a time, and
+    settles them in the journal as they complete."""
+
+    def __init__(self, run: _Run, progress: Progress) -> None:
+        self.run = run
+        self.progress = progress
+        self.i = run.i
+        self.deliverer = Deliverer(
+            client=run.deps.client,
+            api_key=run.deps.api_key,
+            budgets=run.deps.budgets,
+            base_url=self.i.service.base_url,
+            retry_deadline=self.i.service.retry_deadline_seconds,
+            log_context={"integration": self.i.name},
+        )
+        self.pool = ThreadPoolExecutor(max_workers=self.i.service.max_in_flight,
+                                       thread_name_prefix=f"send-{self.i.name}")
+        self.in_flight: dict[Future[Any], tuple[_Segment, frozenset[str]]] = {}
+        self.users: dict[str, int] = {}
+        self.fatal: str | None = None
+
+    def submit(self, segment: _Segment, req_no: int) -> None:
+        assert segment.batch is not None
+        users = frozenset(item.user for item in segment.batch.items)
+        while self.in_flight and (
+            len(self.in_flight) >= self.i.service.max_in_flight
+            or any(u in self.users for u in users)
+        ):
+            self._settle(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+        if self.fatal:
+            self.drain()  # settles what is in flight, then raises _FatalStop
+        entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
+        segment.entry = entry
+        self.run.deps.state.journal_pending(self.run.run_id, [entry])
+        self.progress.add(segment)
+        batch = segment.batch
+        request = Request(
+            endpoint="/users/track",
+            group="users_track",
+            body=batch.body,
+            items=batch.items,
+            positions=batch.positions,
+            bulk=self.run.options.mode != "incremental",
+            resend_in_doubt=self.run.resend_in_doubt,
+        )
+        future = self.pool.submit(self.deliverer.send, request)
+        self.in_flight[future] = (segment, users)
+        for u in users:
+            self.users[u] = self.users.get(u, 0) + 1
+        self.run.counts["requests"] += 1
+
+    def _settle(self, futures: set[Future[Any]]) -> None:
+        settlements = []
+        for future in futures:
+            segment, users = self.in_flight.pop(future)
+            for u in users:
+                self.users[u] -= 1
+                if not self.users[u]:
+                    del self.users[u]
+            settlements.append(self._settlement(segment, future))
+            segment.settled = True
+        moved = self.progress.advance()
+        self.run.deps.state.settle(self.run.run_id, self.i.name, settlements, progress=moved,
+                                   move_cursor=self.run.move_cursor)
+        self.run.report()
+
+    def _settlement(self, segment: _Segment, future: Future[Any]) -> Settlement:
+        assert segment.batch is not None and segment.entry is not None
+        items = segment.batch.items
+        req_no = segment.entry.req_no
+        try:
+            outcome = future.result().outcome
+        except Exception as exc:  # a bug or an unexpected library error: keep rows in doubt
+            log.exception("integration %s: request %s crashed", self.i.name, req_no)
+            reason = f"internal error while sending: {type(exc).__name__}"
+            self.run.counts["in_doubt"] += len(items)
+            return Settlement(req_no, "in_doubt", 0,
+                              in_doubt=[(f"req{req_no}:{k}", i.key, reason)
+                                        for k, i in enumerate(items)], reason=reason)
+        counts = self.run.counts
+        def pos(k: int) -> str:
+            return f"req{req_no}:{k}"
+
+        if outcome.kind == "ok":
+            failed = [(pos(k), items[k].key, reason)
+                      for k, reason in sorted(outcome.item_errors.items())]
+            counts["synced"] += len(items) - len(failed)
+            counts["failed"] += len(failed)
+            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed)
+        if outcome.kind == "in_doubt":
+            counts["in_doubt"] += len(items)
+            return Settlement(req_no, "in_doubt", 0,
+                              in_doubt=[(pos(k), i.key, outcome.reason)
+                                        for k, i in enumerate(items)],
+                              reason=outcome.reason)
+        if outcome.kind == "fatal":
+            self.fatal = outcome.reason
+        errors = outcome.item_errors
+        failed = [(pos(k), i.key, errors.get(k, outcome.reason)) for k, i in enumerate(items)]
+        counts["failed"] += len(failed)
+        return Settlement(req_no, "failed", 0, failed=failed, reason=outcome.reason)
+
+    def drain(self) -> None:
+        while self.in_flight:
+            self._settle(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+        if self.fatal:
+            raise _FatalStop(self.fatal)
+        moved = self.progress.advance()
+        if moved is not None:
+            self.run.deps.state.advance(self.run.run_id, self.i.name, moved,
+                                        move_cursor=self.run.move_cursor)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _FatalStop(SyncError):
+    """The service refused the credentials or permissions: the run stops."""
+
+
+def dry_run(integration: Integration, engine: Engine, state: StateStore,
+            clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+            options: RunOptions = RunOptions(dry_run=True), sample_size: int = 3) -> DryRun:
+    """Read, validate and batch the next window without sending or recording anything."""
+    deps = Deps(engine=engine, state=state, client=httpx.Client(), api_key="", clock=clock)
+    run = _Run(integration, deps, options)
+    window = run._new_window()
+    result = DryRun()
+    packer = TrackPacker(run.limits)
+    for _cursor, item, reject in run._rows(window):
+        result.rows += 1
+        if reject is not None:
+            result.rejects.append(reject)
+            continue
+        assert item is not None
+        if len(result.sample) < sample_size:
+            result.sample.append(item.blob)
+        if packer.add(item) is not None:
+            result.requests += 1
+    if packer.flush() is not None:
+        result.requests += 1
+    deps.client.close()
+    return result

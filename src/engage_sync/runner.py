@@ -1,0 +1,135 @@
+"""Build a run's dependencies from an integration and settings, and run it.
+
+The seam between the CLI / Prefect flows and the pure pipeline: engines, HTTP clients and the
+state store are made here, once per call, and closed after.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from engage_sync import secrets
+from engage_sync.config import Integration, load_integration
+from engage_sync.errors import ConfigError
+from engage_sync.pipeline import Deps, DryRun, RunOptions, dry_run, run_sync
+from engage_sync.ratelimit import RateBudgets
+from engage_sync.state import StateStore
+from engage_sync.status import record
+
+log = logging.getLogger("engage_sync.runner")
+
+DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
+
+
+def state_url(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("ENGAGE_SYNC_STATE_URL") or DEFAULT_STATE_URL
+
+
+def open_state(url: str | None = None) -> StateStore:
+    url = state_url(url)
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return StateStore.from_url(url)
+
+
+def warehouse_engine(integration: Integration) -> sa.Engine:
+    url = secrets.expand(integration.warehouse.url, integration=integration.name,
+                         key="warehouse.url")
+    try:
+        return sa.create_engine(url)
+    except Exception as exc:
+        raise ConfigError(
+            f"integration {integration.name}: cannot use warehouse URL "
+            f"{secrets.redact_url(url)}: {exc}", key="warehouse.url") from exc
+
+
+def with_expanded_service(integration: Integration) -> Integration:
+    """The integration with `${VAR:-default}` references of service.base_url expanded."""
+    url = secrets.expand(integration.service.base_url, integration=integration.name,
+                         key="service.base_url")
+    return integration.model_copy(
+        update={"service": integration.service.model_copy(update={"base_url": url})})
+
+
+def http_client(integration: Integration) -> httpx.Client:
+    s = integration.service
+    return httpx.Client(
+        base_url=s.base_url,
+        timeout=httpx.Timeout(s.timeout_seconds, connect=min(10.0, s.timeout_seconds)),
+        limits=httpx.Limits(max_connections=s.max_in_flight,
+                            max_keepalive_connections=s.max_in_flight),
+    )
+
+
+@dataclass
+class Outcome:
+    integration: str
+    record: dict[str, Any] | None = None
+    dry_run: DryRun | None = None
+    error: str | None = None
+
+
+def load_or_record(path: str | Path, store: StateStore) -> Integration:
+    """Load an integration file; a bad one is recorded as a `config_error` run and re-raised."""
+    try:
+        return load_integration(path)
+    except ConfigError as exc:
+        name = Path(path).stem
+        run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
+                                message=str(exc))
+        store.finish_run(run_id, "config_error", message=str(exc))
+        raise
+
+
+def sync_file(
+    path: str | Path,
+    *,
+    options: RunOptions | None = None,
+    store: StateStore | None = None,
+    budgets: RateBudgets | None = None,
+    on_progress: Callable[[dict[str, int]], None] | None = None,
+) -> Outcome:
+    """Run one integration file end to end. Raises ConfigError / SyncError after recording."""
+    options = options or RunOptions()
+    store = store or open_state()
+    integration = load_or_record(path, store)
+    try:
+        integration = with_expanded_service(integration)
+        engine = warehouse_engine(integration)
+    except ConfigError as exc:
+        _record_config_error(store, integration.name, exc)
+        raise
+    try:
+        if options.dry_run:
+            return Outcome(integration.name,
+                           dry_run=dry_run(integration, engine, store, options=options))
+        try:
+            key = secrets.api_key(integration.name, integration.service.api_key_env)
+        except ConfigError as exc:
+            _record_config_error(store, integration.name, exc)
+            raise
+        with http_client(integration) as client:
+            deps = Deps(engine=engine, state=store, client=client, api_key=key,
+                        budgets=budgets or RateBudgets(), on_progress=on_progress)
+            return Outcome(integration.name, record=run_sync(integration, deps, options))
+    finally:
+        engine.dispose()
+
+
+def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:
+    run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
+                            message=str(exc))
+    store.finish_run(run_id, "config_error", message=str(exc))
+
+
+def latest_record(store: StateStore, integration: str) -> dict[str, Any] | None:
+    rows = store.runs_newest_first(integration, 0, 1)
+    return record(rows[0]) if rows else None

@@ -1,0 +1,55 @@
+"""Secrets come from the environment at run time, never from files in the repo.
+
+`${NAME}` (or `${NAME:-default}`) references in a warehouse or service URL are expanded from
+the environment; the API key is read from the variable the integration names. Errors name the
+variable, never a value, and `redact_url` hides the password of a URL before it is logged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+from sqlalchemy.engine import make_url
+
+from engage_sync.errors import ConfigError
+
+_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(value: str, env: Mapping[str, str] | None = None, *, integration: str, key: str) -> str:
+    env = os.environ if env is None else env
+
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name not in env and default is not None:
+            return default
+        if name not in env:
+            raise ConfigError(
+                f"integration {integration}: environment variable {name} is not set "
+                f"(referenced by '{key}'); export it before the run",
+                key=key,
+            )
+        return env[name]
+
+    return _REF.sub(sub, value)
+
+
+def api_key(integration: str, env_var: str, env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    key = env.get(env_var, "")
+    if not key:
+        raise ConfigError(
+            f"integration {integration}: the API key variable {env_var} is empty or not set; "
+            f"export {env_var}=<your REST API key> (or change 'service.api_key_env')",
+            key="service.api_key_env",
+        )
+    return key
+
+
+def redact_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable URL>"

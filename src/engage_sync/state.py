@@ -1,0 +1,419 @@
+"""Durable state: cursors, runs, the request journal and row errors, in a SQL database.
+
+SQLite file by default, PostgreSQL by URL for teams. Invariants:
+- a journal entry is written (state `pending`) before its request leaves, and settled
+  (`acked`, `failed` or `in_doubt`) in the same transaction that records its row errors and
+  moves the cursor;
+- entries of one run cover contiguous ranges of the source order: entry n covers rows with
+  cursor in (end of entry n-1, end of entry n]; the run's progress (and the integration's
+  cursor) only ever moves to the end of the longest prefix of settled entries, so it never
+  passes a row that is not delivered, rejected, failed or in doubt, and never moves back;
+- row errors are keyed by (run, kind, position): the row's cursor for rejects, the request and
+  item index for failed and in-doubt rows; recording one twice (after a resume) is a no-op.
+- run totals come from the journal (synced, failed, in doubt) and the rejects recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+metadata = sa.MetaData()
+
+cursors = sa.Table(
+    "engage_cursors",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("cursor", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+runs = sa.Table(
+    "engage_runs",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("mode", sa.String(20), nullable=False),
+    sa.Column("job_status", sa.String(20), nullable=False),
+    sa.Column("sync_start_time", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("sync_finish_time", sa.DateTime(timezone=True)),
+    sa.Column("window_start", sa.Text),
+    sa.Column("signpost", sa.Text),
+    sa.Column("floor", sa.Text),
+    sa.Column("progress", sa.Text),
+    sa.Column("last_timestamp_synced", sa.Text),
+    sa.Column("rows_synced", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_failed_with_errors", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_rejected", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_in_doubt", sa.Integer, nullable=False, default=0),
+    sa.Column("requests_sent", sa.Integer, nullable=False, default=0),
+    sa.Column("message", sa.Text),
+    sa.Column("owner", sa.String(200)),
+    sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
+)
+
+journal = sa.Table(
+    "engage_journal",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("req_no", sa.Integer, primary_key=True),
+    sa.Column("start_cursor", sa.Text),
+    sa.Column("end_cursor", sa.Text, nullable=False),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("item_count", sa.Integer, nullable=False),
+    sa.Column("synced", sa.Integer, nullable=False, default=0),
+    sa.Column("failed", sa.Integer, nullable=False, default=0),
+    sa.Column("in_doubt", sa.Integer, nullable=False, default=0),
+    sa.Column("reason", sa.Text),
+)
+
+row_errors = sa.Table(
+    "engage_row_errors",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("kind", sa.String(10), primary_key=True),
+    sa.Column("position", sa.Text, primary_key=True),
+    sa.Column("row_key", sa.Text, nullable=False),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+SETTLED = ("acked", "failed", "in_doubt")
+
+
+def encode_cursor(cursor: Sequence[Any] | None) -> str | None:
+    """A cursor tuple → JSON text; datetimes are tagged so they decode to the same type."""
+    if cursor is None:
+        return None
+    return json.dumps([_enc(v) for v in cursor])
+
+
+def decode_cursor(text: str | None) -> tuple[Any, ...] | None:
+    if text is None:
+        return None
+    return tuple(_dec(v) for v in json.loads(text))
+
+
+def _enc(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {"dt": value.isoformat()}
+    if isinstance(value, date):
+        return {"d": value.isoformat()}
+    if isinstance(value, Decimal):
+        return {"dec": str(value)}
+    return value
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "dt" in value:
+            return datetime.fromisoformat(value["dt"])
+        if "d" in value:
+            return date.fromisoformat(value["d"])
+        if "dec" in value:
+            return Decimal(value["dec"])
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    synced: int = 0
+    failed: int = 0
+    in_doubt: int = 0
+    rejected: int = 0
+
+    @property
+    def read(self) -> int:
+        return self.synced + self.failed + self.in_doubt + self.rejected
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """A request's place in the source order: rows with start < cursor <= end."""
+
+    req_no: int
+    start: tuple[Any, ...] | None
+    end: tuple[Any, ...]
+    items: int
+    state: str = "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How a journaled request ended: rows synced, failed and in doubt (position, key, reason)."""
+
+    req_no: int
+    state: str
+    synced: int
+    failed: Sequence[tuple[str, str, str]] = ()
+    in_doubt: Sequence[tuple[str, str, str]] = ()
+    reason: str | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def owner_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class StateStore:
+    """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        metadata.create_all(engine)
+
+    @classmethod
+    def from_url(cls, url: str) -> StateStore:
+        engine = sa.create_engine(url)
+        if engine.dialect.name == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        return cls(engine)
+
+    # cursors -------------------------------------------------------------------------------
+    def cursor(self, integration: str) -> tuple[Any, ...] | None:
+        with self.engine.connect() as conn:
+            text = conn.scalar(
+                sa.select(cursors.c.cursor).where(cursors.c.integration == integration)
+            )
+        return decode_cursor(text)
+
+    def _set_cursor(self, conn: Connection, integration: str, cursor: Sequence[Any]) -> None:
+        values = {"cursor": encode_cursor(cursor), "updated_at": _now()}
+        done = conn.execute(
+            cursors.update().where(cursors.c.integration == integration).values(**values)
+        )
+        if done.rowcount == 0:
+            conn.execute(cursors.insert().values(integration=integration, **values))
+
+    # runs ----------------------------------------------------------------------------------
+    def unfinished_run(self, integration: str, mode: str) -> dict[str, Any] | None:
+        """The newest run of this integration and mode still `running` (to resume), if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(runs)
+                .where(runs.c.integration == integration, runs.c.job_status == "running",
+                       runs.c.mode == mode)
+                .order_by(runs.c.seq.desc())
+                .limit(1)
+            ).mappings().first()
+        return dict(row) if row else None
+
+    def open_run(
+        self,
+        integration: str,
+        mode: str,
+        window_start: Sequence[Any] | None,
+        signpost: datetime | None,
+        floor: datetime | None = None,
+        job_status: str = "running",
+        message: str | None = None,
+    ) -> str:
+        run_id = str(uuid.uuid4())
+        with self.engine.begin() as conn:
+            seq = (conn.scalar(
+                sa.select(sa.func.max(runs.c.seq)).where(runs.c.integration == integration)
+            ) or 0) + 1
+            conn.execute(runs.insert().values(
+                run_id=run_id, integration=integration, seq=seq, mode=mode,
+                job_status=job_status, sync_start_time=_now(),
+                window_start=encode_cursor(window_start),
+                signpost=encode_cursor([signpost]) if signpost else None,
+                floor=encode_cursor([floor]) if floor else None,
+                progress=encode_cursor(window_start), message=message, owner=owner_token(),
+                last_timestamp_synced=_iso(window_start[0]) if window_start else None,
+                rows_synced=0, rows_failed_with_errors=0, rows_rejected=0, rows_in_doubt=0,
+                requests_sent=0,
+            ))
+        return run_id
+
+    def take_over(self, run_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(owner=owner_token()))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).mappings().one()
+        return dict(row)
+
+    def finish_run(self, run_id: str, job_status: str, message: str | None = None) -> None:
+        counts = self.counts(run_id)
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+                job_status=job_status, sync_finish_time=_now(), message=message,
+                rows_synced=counts.synced, rows_failed_with_errors=counts.failed,
+                rows_in_doubt=counts.in_doubt, rows_rejected=counts.rejected,
+            ))
+
+    # journal -------------------------------------------------------------------------------
+    def journal_pending(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
+        """Record requests before they are sent (rule 4), in one transaction."""
+        if not entries:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(journal.insert(), [
+                {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
+                 "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
+                 "synced": 0, "failed": 0, "in_doubt": 0}
+                for e in entries
+            ])
+            conn.execute(runs.update().where(runs.c.run_id == run_id)
+                         .values(requests_sent=runs.c.requests_sent + len(entries)))
+
+    def settle(
+        self,
+        run_id: str,
+        integration: str,
+        settlements: Sequence[Settlement],
+        progress: Sequence[Any] | None = None,
+        move_cursor: bool = True,
+    ) -> None:
+        """Settle journal entries, record their failed / in-doubt rows and, if given, move the
+        run's progress and the integration cursor, all in one transaction."""
+        with self.engine.begin() as conn:
+            for s in settlements:
+                assert s.state in SETTLED
+                conn.execute(journal.update()
+                             .where(journal.c.run_id == run_id, journal.c.req_no == s.req_no)
+                             .values(state=s.state, synced=s.synced, failed=len(s.failed),
+                                     in_doubt=len(s.in_doubt), reason=s.reason))
+                self._insert_errors(conn, run_id, integration, "failed", list(s.failed))
+                self._insert_errors(conn, run_id, integration, "in_doubt", list(s.in_doubt))
+            if progress is not None:
+                self._advance(conn, run_id, integration, progress, move_cursor)
+
+    def advance(self, run_id: str, integration: str, progress: Sequence[Any],
+                move_cursor: bool = True) -> None:
+        with self.engine.begin() as conn:
+            self._advance(conn, run_id, integration, progress, move_cursor)
+
+    def _advance(self, conn: Connection, run_id: str, integration: str,
+                 progress: Sequence[Any], move_cursor: bool) -> None:
+        conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+            progress=encode_cursor(progress), last_timestamp_synced=_iso(progress[0]),
+        ))
+        if move_cursor:
+            self._set_cursor(conn, integration, progress)
+
+    def journal_entries(self, run_id: str) -> list[JournalEntry]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
+                          journal.c.state, journal.c.item_count)
+                .where(journal.c.run_id == run_id).order_by(journal.c.req_no)
+            ).all()
+        return [JournalEntry(r.req_no, decode_cursor(r.start_cursor),
+                             decode_cursor(r.end_cursor) or (), r.item_count, r.state)
+                for r in rows]
+
+    def drop_pending(self, run_id: str) -> int:
+        """Forget entries left pending by a crash whose rows will be sent again."""
+        with self.engine.begin() as conn:
+            return conn.execute(journal.delete().where(
+                journal.c.run_id == run_id, journal.c.state == "pending")).rowcount
+
+    def mark_pending_in_doubt(self, run_id: str) -> int:
+        """Entries left pending by a crash, not to be sent again: their rows are in doubt."""
+        with self.engine.begin() as conn:
+            return conn.execute(journal.update().where(
+                journal.c.run_id == run_id, journal.c.state == "pending",
+            ).values(state="in_doubt", in_doubt=journal.c.item_count,
+                     reason="the run stopped while the request was in flight")).rowcount
+
+    # row errors ----------------------------------------------------------------------------
+    def record_rejects(self, run_id: str, integration: str,
+                       rejects: Iterable[tuple[str, str, str]]) -> None:
+        """Rejects as (position, row key, reason); position is the encoded row cursor."""
+        with self.engine.begin() as conn:
+            self._insert_errors(conn, run_id, integration, "rejected", list(rejects))
+
+    def _insert_errors(self, conn: Connection, run_id: str, integration: str, kind: str,
+                       rows: list[tuple[str, str, str]]) -> None:
+        if not rows:
+            return
+        now = _now()
+        values = [{"run_id": run_id, "position": pos, "row_key": key, "kind": kind,
+                   "integration": integration, "reason": reason[:1000], "recorded_at": now}
+                  for pos, key, reason in rows]
+        dialect = conn.dialect.name
+        if dialect == "postgresql":
+            conn.execute(postgresql.insert(row_errors).on_conflict_do_nothing(), values)
+        elif dialect == "sqlite":
+            conn.execute(sqlite.insert(row_errors).on_conflict_do_nothing(), values)
+        else:
+            for value in values:
+                exists = conn.scalar(sa.select(sa.func.count()).select_from(row_errors).where(
+                    row_errors.c.run_id == run_id, row_errors.c.position == value["position"],
+                    row_errors.c.kind == kind))
+                if not exists:
+                    conn.execute(row_errors.insert().values(**value))
+
+    def counts(self, run_id: str) -> RunCounts:
+        with self.engine.connect() as conn:
+            j = conn.execute(sa.select(
+                sa.func.coalesce(sa.func.sum(journal.c.synced), 0),
+                sa.func.coalesce(sa.func.sum(journal.c.failed), 0),
+                sa.func.coalesce(sa.func.sum(journal.c.in_doubt), 0),
+            ).where(journal.c.run_id == run_id)).one()
+            rejected = conn.scalar(
+                sa.select(sa.func.count()).select_from(row_errors)
+                .where(row_errors.c.run_id == run_id, row_errors.c.kind == "rejected"))
+        return RunCounts(synced=int(j[0]), failed=int(j[1]), in_doubt=int(j[2]),
+                         rejected=int(rejected or 0))
+
+    def errors(self, integration: str, limit: int = 100) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(row_errors).where(row_errors.c.integration == integration)
+                .order_by(row_errors.c.recorded_at.desc(), row_errors.c.row_key).limit(limit)
+            ).mappings().all()
+        return [dict(r) for r in rows]
+
+    def prune_errors(self, older_than: datetime) -> int:
+        with self.engine.begin() as conn:
+            return conn.execute(
+                row_errors.delete().where(row_errors.c.recorded_at < older_than)).rowcount
+
+    def runs_newest_first(self, integration: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(runs).where(runs.c.integration == integration)
+                .order_by(runs.c.seq.desc()).offset(offset).limit(limit)
+            ).mappings().all()
+        return [dict(r) for r in rows]
+
+    def count_runs(self, integration: str) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
+                                   .where(runs.c.integration == integration)) or 0)
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
