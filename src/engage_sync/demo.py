@@ -10,6 +10,7 @@ changes were sent.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -123,6 +124,16 @@ def sandbox_process(port: int, seed: Path, log_path: Path) -> Iterator[str]:
                 proc.kill()
 
 
+def _summary(counters: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox counters without the per-user breakdown (too long to print)."""
+    return {k: v for k, v in counters.items() if k != "events_by_user"}
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {k: after[k] - before.get(k, 0) for k in ("events", "purchases",
+            "attributes_processed", "data_points") if isinstance(after.get(k), int)}
+
+
 def _show(title: str, value: Any) -> None:
     print(f"\n=== {title}")
     print(json.dumps(value, indent=2, default=str))
@@ -133,6 +144,8 @@ def run_demo(workdir: Path, port: int = 0) -> int:
     from engage_sync.runner import open_state
     from engage_sync.status import page
 
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     warehouse = workdir / "warehouse.duckdb"
@@ -153,7 +166,7 @@ def run_demo(workdir: Path, port: int = 0) -> int:
         first = sync_folder(folder, state_url=state_url)
         _show("first run: status records", first)
         counters = httpx.get(f"{base}/_sandbox/counters").json()
-        _show("the sandbox after the first run (counters)", counters)
+        _show("the sandbox after the first run (counters)", _summary(counters))
         profile = httpx.get(f"{base}/_sandbox/profiles", params={"external_id": "user-0003"})
         _show("profile user-0003", profile.json())
 
@@ -161,7 +174,8 @@ def run_demo(workdir: Path, port: int = 0) -> int:
         second = sync_folder(folder, state_url=state_url)
         _show("second run (only the changes): status records", second)
         after = httpx.get(f"{base}/_sandbox/counters").json()
-        _show("the sandbox after the second run (counters)", after)
+        _show("what the second run added at the sandbox (only the changed rows)",
+              _delta(counters, after))
         store = open_state(state_url)
         for name in ("10_users", "20_events", "30_purchases"):
             _show(f"engage-sync status {name}", page(store, name, None).body())
