@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ def sync_file(
     store: StateStore | None = None,
     budgets: RateBudgets | None = None,
     on_progress: Callable[[dict[str, int]], None] | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> Outcome:
     """Run one integration file end to end. Raises ConfigError / SyncError after recording."""
     options = options or RunOptions()
@@ -109,8 +111,8 @@ def sync_file(
         raise
     try:
         if options.dry_run:
-            return Outcome(integration.name,
-                           dry_run=dry_run(integration, engine, store, options=options))
+            return Outcome(integration.name, dry_run=dry_run(
+                integration, engine, store, clock=clock or _utcnow, options=options))
         try:
             key = secrets.api_key(integration.name, integration.service.api_key_env)
         except ConfigError as exc:
@@ -118,10 +120,15 @@ def sync_file(
             raise
         with http_client(integration) as client:
             deps = Deps(engine=engine, state=store, client=client, api_key=key,
-                        budgets=budgets or RateBudgets(), on_progress=on_progress)
+                        budgets=budgets or RateBudgets(), on_progress=on_progress,
+                        clock=clock or _utcnow)
             return Outcome(integration.name, record=run_sync(integration, deps, options))
     finally:
         engine.dispose()
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:

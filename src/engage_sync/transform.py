@@ -183,7 +183,12 @@ def _references(integration: Integration, cols: _Columns) -> list[Ref | str]:
     check = {"external_id": v.check_external_id, "platform_id": v.check_platform_id,
              "email": v.check_email, "phone": v.check_phone}[kind]
     lower = kind == "email"
+    plain_id = kind in ("external_id", "platform_id")
     for value in cols.raw(column):
+        if plain_id and type(value) is str and 0 < len(value) <= v.MAX_EXTERNAL_ID_LENGTH \
+                and not value.isspace():
+            out.append((kind, value, f"{kind}:{value}"))  # the common case, checked inline
+            continue
         value = _id_text(value)
         if value is None:
             out.append(f"{column} is missing (NULL)")
@@ -221,6 +226,7 @@ class _Sink:
     def __init__(self, first_seq: int, keys: list[str], array: str, max_body_bytes: int) -> None:
         self.first_seq, self.keys, self.array = first_seq, keys, array
         self.max_body_bytes = max_body_bytes
+        self.limit = max_body_bytes - v.REQUEST_OVERHEAD_BYTES
         self.items: list[Item] = []
         self.rejects: list[Reject] = []
 
@@ -235,9 +241,8 @@ class _Sink:
         except (orjson.JSONEncodeError, TypeError):
             self.reject(i, "the object cannot be written as JSON (a value of unsupported type)")
             return
-        problem = v.check_blob_size(len(blob), self.max_body_bytes)
-        if problem is not None:
-            self.reject(i, problem)
+        if len(blob) > self.limit:
+            self.reject(i, v.check_blob_size(len(blob), self.max_body_bytes) or "too large")
             return
         self.items.append(Item(self.first_seq + i, self.keys[i], user, self.array, blob))
 
@@ -276,15 +281,23 @@ def _attributes(
     reserved = _ATTRIBUTE_RESERVED | {integration.identifier_kind}
     fmt = integration.payload_format
     if fmt is not None:
-        payloads = cols.ready(fmt.payload_column)
+        column = fmt.payload_column
+        payloads = cols.ready(column)
+        loads = orjson.loads
         for i, ref in enumerate(refs):
             if isinstance(ref, str):
                 sink.reject(i, ref)
                 continue
-            payload = _parse_payload(payloads[i], fmt.payload_column)
-            if isinstance(payload, str):
-                sink.reject(i, payload)
-                continue
+            raw = payloads[i]
+            try:  # the common case inline; _parse_payload says what is wrong otherwise
+                payload = loads(raw)
+            except (orjson.JSONDecodeError, TypeError):
+                payload = None
+            if type(payload) is not dict:
+                payload = _parse_payload(raw, column)
+                if isinstance(payload, str):
+                    sink.reject(i, payload)
+                    continue
             problem = _payload_attributes_problem(payload, reserved)
             if problem is not None:
                 sink.reject(i, problem)
@@ -311,16 +324,16 @@ def _attributes(
             continue
         assert not isinstance(ref, str)
         field, value, user = ref
-        obj = {field: value, **dict(zip(names, row, strict=True))}
+        obj = {field: value}
+        obj.update(zip(names, row, strict=True))
         if flag is not None:
             obj["_update_existing_only"] = flag
         sink.item(i, user, obj)
 
 
 def _payload_attributes_problem(payload: dict[str, Any], reserved: frozenset[str]) -> str | None:
-    problem = v.check_attribute_count(len(payload))
-    if problem is not None:
-        return problem
+    if len(payload) > v.MAX_ATTRIBUTES_PER_ROW:
+        return v.check_attribute_count(len(payload))
     for name in payload:
         if not name or name[0] == "$" or name in reserved:
             return v.check_attribute_name(name, reserved)

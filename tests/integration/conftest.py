@@ -1,0 +1,192 @@
+"""Integration fixtures: real warehouses (DuckDB file, PostgreSQL server), the sandbox over
+loopback, a state database per test, and a writer of integration files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from engage_sandbox.server import SandboxHandle, run_sandbox
+from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sync.config import Integration, load_integration
+from engage_sync.runner import open_state
+from engage_sync.state import StateStore
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 1, 1, 0, 0, 0)
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Iterator[SandboxHandle]:
+    """Full-mode sandbox with the demo seed; /users/track windows of 1 s keep 429 tests short."""
+    settings = SandboxSettings(
+        seed=ROOT / "config" / "sandbox-seed.yaml",
+        rate_limits={"users_track": RateLimit(3000, 1)},
+    )
+    with run_sandbox(settings=settings) as handle:
+        yield handle
+
+
+@pytest.fixture
+def service(sandbox: SandboxHandle, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+    sandbox.reset()
+    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
+    with httpx.Client(base_url=sandbox.control_url, timeout=30) as control:
+        yield Service(sandbox.base_url, control)
+
+
+@dataclass
+class Service:
+    """The sandbox as the tests see it: its URL and its control plane."""
+
+    base_url: str
+    control: httpx.Client
+
+    def faults(self, rules: list[dict[str, Any]]) -> None:
+        self.control.post("/faults", json=rules).raise_for_status()
+
+    def counters(self) -> dict[str, Any]:
+        return dict(self.control.get("/counters").json())
+
+    def requests(self, path: str = "/users/track") -> list[dict[str, Any]]:
+        body = self.control.get("/requests", params={"path": path}).json()
+        return list(body["requests"] if isinstance(body, dict) else body)
+
+    def profile(self, external_id: str) -> dict[str, Any] | None:
+        r = self.control.get("/profiles", params={"external_id": external_id})
+        return None if r.status_code == 404 else dict(r.json())
+
+    def profiles(self) -> list[dict[str, Any]]:
+        body = self.control.get("/profiles").json()
+        return list(body["profiles"] if isinstance(body, dict) else body)
+
+    def event_ids(self) -> list[str]:
+        """The `eid` property of every event the sandbox holds (one entry per event)."""
+        return [e["properties"]["eid"] for p in self.profiles() for e in p.get("events", [])
+                if "eid" in (e.get("properties") or {})]
+
+
+@dataclass
+class Warehouse:
+    """A real warehouse the tests write rows into; `url` is what an integration file names."""
+
+    name: str
+    url: str
+    engine: sa.Engine
+
+    def create(self, table: str, columns: Sequence[tuple[str, sa.types.TypeEngine[Any]]]) -> None:
+        md = sa.MetaData()
+        sa.Table(table, md, *(sa.Column(n, t) for n, t in columns))
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{table}"')
+        md.create_all(self.engine)
+
+    def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        t = sa.table(table, *(sa.column(c) for c in rows[0]))
+        with self.engine.begin() as conn:
+            conn.execute(t.insert(), rows)
+
+    def execute(self, sql: str, **params: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(sa.text(sql), params)
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Warehouse]:
+    if request.param == "duckdb":
+        url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
+        engine = sa.create_engine(url)
+        yield Warehouse("duckdb", url, engine)
+        engine.dispose()
+    else:
+        base = request.getfixturevalue("postgres_url")
+        schema = f"t_{abs(hash(request.node.nodeid)) % 10**9}"
+        admin = sa.create_engine(base)
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        url = f"{base}?options=-csearch_path%3D{schema}"
+        engine = sa.create_engine(url)
+        yield Warehouse("postgres", url, engine)
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> StateStore:
+    return open_state(f"sqlite:///{tmp_path / 'state.db'}")
+
+
+def write_integration(folder: Path, name: str, body: dict[str, Any]) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    load_integration(path)  # fail early in the test, not in the run
+    return path
+
+
+def users_table(wh: Warehouse, table: str = "users_sync") -> None:
+    """The service's sync format, lower-case as PostgreSQL folds unquoted DDL."""
+    wh.create(table, [("updated_at", sa.DateTime()), ("external_id", sa.String()),
+                      ("payload", sa.Text())])
+
+
+def events_table(wh: Warehouse, table: str = "events_sync") -> None:
+    wh.create(table, [("event_id", sa.String()), ("updated_at", sa.DateTime()),
+                      ("external_id", sa.String()), ("payload", sa.Text())])
+
+
+def user_rows(n: int, *, at: datetime = T0, step: timedelta = timedelta(0), plan: str = "free",
+              prefix: str = "u") -> list[dict[str, Any]]:
+    return [{"updated_at": at + i * step, "external_id": f"{prefix}{i:05d}",
+             "payload": json.dumps({"plan": plan, "n": i})} for i in range(n)]
+
+
+def event_rows(n: int, *, at: datetime = T0, users: int = 50,
+               step: timedelta = timedelta(0)) -> list[dict[str, Any]]:
+    return [{"event_id": f"e{i:06d}", "updated_at": at + i * step,
+             "external_id": f"u{i % users:05d}",
+             "payload": json.dumps({"name": "viewed", "properties": {"eid": f"e{i:06d}"}})}
+            for i in range(n)]
+
+
+def integration_body(wh: Warehouse, svc: Service, kind: str, table: str,
+                     **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": kind,
+        "warehouse": {"url": wh.url},
+        "source": {"table": table},
+        "service": {"base_url": svc.base_url, "retry_deadline_seconds": 60},
+    }
+    if kind != "attributes":
+        body["row_key"] = ["EVENT_ID"]
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return body
+
+
+def load(path: Path) -> Integration:
+    return load_integration(path)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@pytest.fixture
+def sandbox_key(sandbox: SandboxHandle) -> str:
+    return sandbox.api_key

@@ -1,0 +1,187 @@
+"""Faults: the sandbox answers 429 and 5xx by script, drops connections after processing, and
+a run is killed with SIGKILL in the middle. Nothing is lost; the in-doubt policy is obeyed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+from engage_sync.runner import sync_file
+from engage_sync.state import StateStore
+from tests.integration.conftest import (
+    T0,
+    Service,
+    Warehouse,
+    event_rows,
+    events_table,
+    integration_body,
+    user_rows,
+    users_table,
+    write_integration,
+)
+
+BATCH = 75
+
+
+def _events_setup(wh: Warehouse, service: Service, tmp_path: Path, policy: str,
+                  n: int = 600, in_flight: int = 1) -> Path:
+    events_table(wh)
+    wh.insert("events_sync", event_rows(n, users=60, step=timedelta(milliseconds=500)))
+    return write_integration(tmp_path, "events", integration_body(
+        wh, service, "events", "events_sync", in_doubt=policy,
+        service={"max_in_flight": in_flight}))
+
+
+def _batch_ids(k: int) -> set[str]:
+    """Event ids of the k-th request (1-based) when rows are sent in order, 75 a request."""
+    return {f"e{i:06d}" for i in range((k - 1) * BATCH, k * BATCH)}
+
+
+def test_scripted_429_and_5xx_with_skip_policy(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _events_setup(warehouse, service, tmp_path, "skip")
+    # HTTP request numbers: 1 ok (batch 1); 2: 429, 3: 503, 4: 502 (known not processed,
+    # retried), 5: 500 unprocessed -> batch 2 in doubt, not re-sent; 6 ok (batch 3);
+    # 7: processed then dropped -> batch 4 in doubt, not re-sent; 8.. ok.
+    service.faults([
+        {"path": "/users/track", "action": "429", "nth": [2]},
+        {"path": "/users/track", "action": "503", "nth": [3]},
+        {"path": "/users/track", "action": "502", "nth": [4]},
+        {"path": "/users/track", "action": "500", "nth": [5]},
+        {"path": "/users/track", "action": "drop", "nth": [7]},
+    ])
+    record = sync_file(path, store=state).record
+    assert record is not None
+    assert record["rows_read"] == 600
+    assert record["rows_in_doubt"] == 2 * BATCH
+    assert record["rows_synced"] == 600 - 2 * BATCH
+    assert record["job_status"] == "partial"
+    ids = Counter(service.event_ids())
+    assert max(ids.values()) == 1  # at most once: nothing sent twice
+    assert _batch_ids(2).isdisjoint(ids)  # the unprocessed in-doubt batch was not re-sent
+    assert _batch_ids(4) <= set(ids)  # the dropped batch had been processed
+    assert len(ids) == 600 - BATCH
+    in_doubt = [e for e in state.errors("events", limit=1000) if e["kind"] == "in_doubt"]
+    assert len(in_doubt) == 2 * BATCH
+
+
+def test_scripted_5xx_and_drop_with_resend_policy(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _events_setup(warehouse, service, tmp_path, "resend")
+    # 2: 500 unprocessed -> re-sent as 3 (ok); 5: processed then dropped -> re-sent as 6.
+    service.faults([
+        {"path": "/users/track", "action": "500", "nth": [2]},
+        {"path": "/users/track", "action": "504", "nth": [4], "process": True},
+        {"path": "/users/track", "action": "drop", "nth": [6]},
+    ])
+    record = sync_file(path, store=state).record
+    assert record is not None
+    assert record["rows_synced"] == 600 and record["rows_in_doubt"] == 0
+    ids = Counter(service.event_ids())
+    assert set(ids) == {f"e{i:06d}" for i in range(600)}  # nothing lost: at least once
+    twice = {k for k, v in ids.items() if v == 2}
+    # request 4 (batch 3) and request 6 (batch 4) were processed before the in-doubt answer
+    assert twice == _batch_ids(3) | _batch_ids(4)
+
+
+def _run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "ENGAGE_API_KEY": api_key}
+    return subprocess.Popen(
+        [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
+         "--no-prefect", "--state-url", state_url],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_request(service: Service, n: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while len(service.requests()) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run never reached the request to kill at"
+        time.sleep(0.05)
+
+
+def _wait_until_answered(service: Service) -> None:
+    deadline = time.monotonic() + 30
+    while any(r["status"] is None for r in service.requests()):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def _kill_during_request(path: Path, service: Service, key: str, state_url: str,
+                         nth: int) -> None:
+    """Start the run as its own process; SIGKILL it while the sandbox holds request `nth`
+    (a `delay` fault: the sandbox waits, then finds the client gone and processes nothing)."""
+    service.faults([{"path": "/users/track", "action": "delay", "nth": [nth],
+                     "delay_seconds": 2}])
+    proc = _run_cli(path, state_url, key)
+    _wait_for_request(service, nth, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _wait_until_answered(service)
+    service.faults([])
+
+
+def _resume(path: Path, state_url: str, key: str) -> dict[str, int]:
+    resumed = _run_cli(path, state_url, key)
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err.decode()
+    return dict(json.loads(out))
+
+
+def test_sigkill_mid_run_then_resume_sends_every_event_exactly_once(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    path = _events_setup(warehouse, service, tmp_path, "resend")
+    warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    _kill_during_request(path, service, sandbox_key, state_url, nth=4)
+    assert len(set(service.event_ids())) == 3 * BATCH  # requests 1-3 landed before the kill
+
+    record = _resume(path, state_url, sandbox_key)
+    assert record["rows_read"] == record["rows_synced"] == 600
+    assert record["rows_in_doubt"] == 0
+    ids = Counter(service.event_ids())
+    assert set(ids) == {f"e{i:06d}" for i in range(600)}
+    assert max(ids.values()) == 1
+
+
+def test_sigkill_with_skip_policy_counts_the_request_in_flight_as_in_doubt(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    path = _events_setup(warehouse, service, tmp_path, "skip")
+    warehouse.engine.dispose()
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    _kill_during_request(path, service, sandbox_key, state_url, nth=4)
+
+    record = _resume(path, state_url, sandbox_key)
+    assert record["rows_read"] == 600
+    assert record["rows_in_doubt"] == BATCH  # at most once: the request in flight at the kill
+    ids = Counter(service.event_ids())
+    assert max(ids.values()) == 1
+    assert set(ids) == {f"e{i:06d}" for i in range(600)} - _batch_ids(4)
+
+
+def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    users_table(warehouse)
+    warehouse.insert("users_sync", user_rows(400, at=T0, plan="old"))
+    warehouse.insert("users_sync", user_rows(400, at=T0 + timedelta(seconds=1), plan="new"))
+    path = write_integration(tmp_path, "users", integration_body(
+        warehouse, service, "attributes", "users_sync", extract_batch_rows=100))
+    warehouse.engine.dispose()
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    _kill_during_request(path, service, sandbox_key, state_url, nth=5)
+    assert _resume(path, state_url, sandbox_key)["rows_read"] == 800
+    plans = {p["external_id"]: p["attributes"]["plan"] for p in service.profiles()}
+    assert len(plans) == 400 and set(plans.values()) == {"new"}
