@@ -12,12 +12,13 @@ No Prefect here: flows call `run_sync`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import httpx
@@ -118,6 +119,32 @@ def align(value: datetime, sample: Any) -> Any:
     return value
 
 
+def stamp(value: Any) -> str:
+    """A cursor value as text that sorts like the value (UTC, fixed width)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return str(value)
+
+
+def shift(value: Any, delta: timedelta) -> Any:
+    """A cursor value moved back by `delta`, in the value's own type."""
+    if isinstance(value, datetime):
+        return value - delta
+    if isinstance(value, str):
+        sep = " " if len(value) > 10 and value[10] == " " else "T"
+        return (datetime.fromisoformat(value) - delta).isoformat(sep=sep)
+    raise ValueError(f"lookback needs a timestamp cursor, not {type(value).__name__}")
+
+
+def digest(blob: bytes) -> str:
+    return hashlib.sha1(blob).hexdigest()[:16]
+
+
+REJECTED = "rejected"
+
+
 @dataclass
 class _Segment:
     """A contiguous range of the source order: one request, or rows already settled."""
@@ -127,6 +154,7 @@ class _Segment:
     entry: JournalEntry | None = None
     batch: TrackBatch | None = None
     settled: bool = False
+    stamps: tuple[str, ...] = ()
 
 
 class Progress:
@@ -162,19 +190,21 @@ class _Run:
         self.deps = deps
         self.options = options
         self.spec = source_spec(integration)
-        self.move_cursor = options.mode == "incremental"
         self.limits = TrackLimits(
             objects_per_request=integration.service.limits.objects_per_request,
             per_array=integration.service.limits.per_array,
             max_body_bytes=integration.service.limits.max_body_bytes,
         )
         self.resend_in_doubt = integration.kind == "attributes" or integration.in_doubt == "resend"
+        self.lookback = integration.lookback if options.mode == "incremental" else None
+        self.stored: Cursor | None = None  # the integration's cursor when the run opened
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
 
     # opening -------------------------------------------------------------------------------
     def _window(self) -> tuple[str, Window, list[JournalEntry]]:
         state, name, mode = self.deps.state, self.i.name, self.options.mode
+        self.stored = state.cursor(name) if self.lookback else None
         resumed = state.unfinished_run(name, mode)
         if resumed is not None:
             run_id = resumed["run_id"]
@@ -209,7 +239,13 @@ class _Run:
                 floor=align(floor, sample) if floor else None,
             )
         start = None if self.options.mode == "full_resync" else self.deps.state.cursor(self.i.name)
-        return Window(start=start, signpost=align(now - self.i.settle_lag, sample))
+        signpost = align(now - self.i.settle_lag, sample)
+        if self.lookback and start is not None:
+            # re-read the trailing period; rows acknowledged before are filtered out by acks
+            floor = shift(start[0], self.lookback)
+            self.deps.state.prune_acks(self.i.name, stamp(floor))
+            return Window(start=None, signpost=signpost, floor=floor)
+        return Window(start=start, signpost=signpost)
 
     # the run -------------------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
@@ -249,16 +285,41 @@ class _Run:
                 by_seq[item.seq - seq] = item
             for reject in result.rejects:
                 by_seq[reject.seq - seq] = (reject.key, reject.reason)
-            if on_rejects is not None and result.rejects:
-                on_rejects([(encode_cursor(cursors[r.seq - seq]) or "", r.key, r.reason)
-                            for r in result.rejects])
+            if self.lookback and self.stored is not None:
+                self._drop_acknowledged(cursors, by_seq)
+            rejects = [(k, o) for k, o in enumerate(by_seq) if isinstance(o, tuple)]
+            if on_rejects is not None and rejects:
+                on_rejects([(encode_cursor(cursors[k]) or "", o[0], o[1]) for k, o in rejects])
+                if self.lookback:
+                    self.deps.state.record_acks(self.i.name, [
+                        (o[0], stamp(cursors[k][0]), REJECTED) for k, o in rejects])
             for k, outcome in enumerate(by_seq):
                 if isinstance(outcome, Item):
                     yield cursors[k], outcome, None
-                else:
-                    assert outcome is not None, "transform lost a row"
+                elif outcome is not None:
                     yield cursors[k], None, outcome
+            assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
             seq += batch.num_rows
+
+    def _drop_acknowledged(self, cursors: list[Cursor],
+                           by_seq: list[Item | tuple[str, str] | None]) -> None:
+        """Lookback: rows at or before the stored cursor whose (key, cursor value, content)
+        was acknowledged before are not read again (set to None)."""
+        assert self.stored is not None
+        stored = tuple(self.stored)
+        old = [k for k, c in enumerate(cursors) if tuple(c) <= stored]
+        if not old:
+            return
+        keys = [o.key if isinstance(o, Item) else o[0] for o in (by_seq[k] for k in old)
+                if o is not None]
+        known = self.deps.state.acked(self.i.name, keys)
+        for k in old:
+            o = by_seq[k]
+            if o is None:
+                continue
+            key, mark = (o.key, digest(o.blob)) if isinstance(o, Item) else (o[0], REJECTED)
+            if (key, stamp(cursors[k][0]), mark) in known:
+                by_seq[k] = None
 
     def _stream(self, window: Window, done: list[JournalEntry]) -> None:
         state, name = self.deps.state, self.i.name
@@ -266,10 +327,20 @@ class _Run:
         skips = deque(e for e in done if e.start is None or window.start is None
                       or tuple(e.end) > tuple(window.start))
         packer = TrackPacker(self.limits)
+        sender = _Sender(self, progress)
         req_no = max((e.req_no for e in done), default=0)
         segment_start: Cursor | None = window.start
         last: Cursor | None = None
-        sender = _Sender(self, progress)
+        stamp_of: dict[int, str] = {}  # lookback: cursor stamp of each item not yet sent
+
+        def send(batch: TrackBatch | None, end: Cursor | None) -> None:
+            nonlocal req_no, segment_start
+            if batch is None or end is None:
+                return
+            req_no += 1
+            stamps = tuple(stamp_of.pop(i.seq) for i in batch.items) if self.lookback else ()
+            sender.submit(_Segment(segment_start, end, batch=batch, stamps=stamps), req_no)
+            segment_start = end
 
         def record(rejects: list[tuple[str, str, str]]) -> None:
             state.record_rejects(self.run_id, name, rejects)
@@ -280,10 +351,7 @@ class _Run:
                     skips.popleft()
                 if skips and (skips[0].start is None or tuple(skips[0].start) < tuple(cursor)):
                     # inside a range the journal already settled: cut before it, skip the row
-                    batch = packer.flush()
-                    if batch is not None:
-                        req_no += 1
-                        sender.submit(_Segment(segment_start, last, batch=batch), req_no)  # type: ignore[arg-type]
+                    send(packer.flush(), last)
                     entry = skips[0]
                     if last != tuple(entry.end):
                         progress.add(_Segment(entry.start, tuple(entry.end), settled=True))
@@ -294,21 +362,25 @@ class _Run:
                     self.counts["rejected"] += 1
                 else:
                     assert item is not None
-                    full = packer.add(item)
-                    if full is not None:
-                        req_no += 1
-                        sender.submit(_Segment(segment_start, last, batch=full), req_no)  # type: ignore[arg-type]
-                        segment_start = last
+                    if self.lookback:
+                        stamp_of[item.seq] = stamp(cursor[0])
+                    send(packer.add(item), last)
                 last = tuple(cursor)
             batch = packer.flush()
             if batch is not None:
-                req_no += 1
-                sender.submit(_Segment(segment_start, last, batch=batch), req_no)  # type: ignore[arg-type]
+                send(batch, last)
             elif last is not None and last != segment_start:
                 progress.add(_Segment(segment_start, last, settled=True))
             sender.drain()
         finally:
             sender.close()
+
+    def may_move_cursor(self, position: Cursor) -> bool:
+        """Incremental and full-resync runs move the integration cursor, never backwards
+        (lookback re-reads rows below it); backfills never move it."""
+        if self.options.mode == "backfill":
+            return False
+        return self.stored is None or tuple(position) > tuple(self.stored)
 
     def report(self) -> None:
         if self.deps.on_progress is not None:
@@ -369,8 +441,10 @@ class _Sender:
 
     def _settle(self, futures: set[Future[Any]]) -> None:
         settlements = []
+        done = []
         for future in futures:
             segment, users = self.in_flight.pop(future)
+            done.append(segment)
             for u in users:
                 self.users[u] -= 1
                 if not self.users[u]:
@@ -378,8 +452,13 @@ class _Sender:
             settlements.append(self._settlement(segment, future))
             segment.settled = True
         moved = self.progress.advance()
-        self.run.deps.state.settle(self.run.run_id, self.i.name, settlements, progress=moved,
-                                   move_cursor=self.run.move_cursor)
+        acked = [(item.key, st, digest(item.blob))
+                 for segment in done for item, st in zip(
+                     segment.batch.items if segment.batch else (), segment.stamps, strict=False)]
+        self.run.deps.state.settle(
+            self.run.run_id, self.i.name, settlements, progress=moved,
+            move_cursor=moved is not None and self.run.may_move_cursor(moved),
+            acked_rows=acked)
         self.run.report()
 
     def _settlement(self, segment: _Segment, future: Future[Any]) -> Settlement:
@@ -426,7 +505,7 @@ class _Sender:
         moved = self.progress.advance()
         if moved is not None:
             self.run.deps.state.advance(self.run.run_id, self.i.name, moved,
-                                        move_cursor=self.run.move_cursor)
+                                        move_cursor=self.run.may_move_cursor(moved))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -91,6 +91,17 @@ row_errors = sa.Table(
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
 )
 
+acks = sa.Table(
+    "engage_acks",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("row_key", sa.Text, primary_key=True),
+    sa.Column("stamp", sa.String(64), primary_key=True),
+    sa.Column("digest", sa.String(40), nullable=False),
+)
+"""Rows that ended (sent, rejected, failed or in doubt) inside an integration's lookback
+period: (row key, cursor value, content digest). Kept only for integrations with `lookback`."""
+
 SETTLED = ("acked", "failed", "in_doubt")
 
 
@@ -282,6 +293,7 @@ class StateStore:
         settlements: Sequence[Settlement],
         progress: Sequence[Any] | None = None,
         move_cursor: bool = True,
+        acked_rows: Sequence[tuple[str, str, str]] = (),
     ) -> None:
         """Settle journal entries, record their failed / in-doubt rows and, if given, move the
         run's progress and the integration cursor, all in one transaction."""
@@ -294,8 +306,54 @@ class StateStore:
                                      in_doubt=len(s.in_doubt), reason=s.reason))
                 self._insert_errors(conn, run_id, integration, "failed", list(s.failed))
                 self._insert_errors(conn, run_id, integration, "in_doubt", list(s.in_doubt))
+            self._insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 self._advance(conn, run_id, integration, progress, move_cursor)
+
+    # lookback acks ---------------------------------------------------------------------------
+    def _insert_acks(self, conn: Connection, integration: str,
+                     rows: Sequence[tuple[str, str, str]]) -> None:
+        if not rows:
+            return
+        values = [{"integration": integration, "row_key": k, "stamp": s, "digest": d}
+                  for k, s, d in rows]
+        dialect = conn.dialect.name
+        if dialect == "postgresql":
+            stmt = postgresql.insert(acks)
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=["integration", "row_key", "stamp"],
+                set_={"digest": stmt.excluded.digest}), values)
+        elif dialect == "sqlite":
+            stmt_l = sqlite.insert(acks)
+            conn.execute(stmt_l.on_conflict_do_update(
+                index_elements=["integration", "row_key", "stamp"],
+                set_={"digest": stmt_l.excluded.digest}), values)
+        else:
+            for v in values:
+                conn.execute(acks.delete().where(
+                    acks.c.integration == integration, acks.c.row_key == v["row_key"],
+                    acks.c.stamp == v["stamp"]))
+                conn.execute(acks.insert().values(**v))
+
+    def record_acks(self, integration: str, rows: Sequence[tuple[str, str, str]]) -> None:
+        with self.engine.begin() as conn:
+            self._insert_acks(conn, integration, rows)
+
+    def acked(self, integration: str, keys: Sequence[str]) -> set[tuple[str, str, str]]:
+        """(row key, stamp, digest) of the given keys' acknowledged rows."""
+        found: set[tuple[str, str, str]] = set()
+        unique = list(dict.fromkeys(keys))
+        with self.engine.connect() as conn:
+            for i in range(0, len(unique), 500):
+                rows = conn.execute(sa.select(acks.c.row_key, acks.c.stamp, acks.c.digest).where(
+                    acks.c.integration == integration, acks.c.row_key.in_(unique[i:i + 500])))
+                found.update((r[0], r[1], r[2]) for r in rows)
+        return found
+
+    def prune_acks(self, integration: str, before_stamp: str) -> int:
+        with self.engine.begin() as conn:
+            return conn.execute(acks.delete().where(
+                acks.c.integration == integration, acks.c.stamp < before_stamp)).rowcount
 
     def advance(self, run_id: str, integration: str, progress: Sequence[Any],
                 move_cursor: bool = True) -> None:

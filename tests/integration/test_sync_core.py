@@ -173,3 +173,35 @@ def test_dry_run_sends_nothing_and_moves_no_cursor(
     assert result is not None
     assert (result.rows, result.requests, len(result.rejects)) == (101, 2, 1)
     assert service.requests() == [] and state.cursor("dry") is None
+
+
+def test_a_late_row_inside_lookback_is_sent_and_nothing_else_is_resent(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    events_table(warehouse)
+    warehouse.insert("events_sync", event_rows(150, step=timedelta(seconds=10)))
+    path = write_integration(tmp_path, "events", integration_body(
+        warehouse, service, "events", "events_sync", lookback="1h"))
+    first = sync_file(path, store=state).record
+    assert first is not None and first["rows_synced"] == 150
+    cursor_after_first = state.cursor("events")
+
+    # a row arrives late, stamped inside the lookback period and below the cursor
+    late = event_rows(1)[0] | {"event_id": "late", "updated_at": T0 + timedelta(seconds=95),
+                               "payload": json.dumps({"name": "viewed",
+                                                      "properties": {"eid": "late"}})}
+    # and one arrives too late: older than the lookback period
+    too_late = late | {"event_id": "too-late", "updated_at": T0 - timedelta(hours=3),
+                       "payload": json.dumps({"name": "viewed",
+                                              "properties": {"eid": "too-late"}})}
+    warehouse.insert("events_sync", [late, too_late])
+    second = sync_file(path, store=state).record
+    assert second is not None
+    assert (second["rows_read"], second["rows_synced"]) == (1, 1)
+    ids = Counter(service.event_ids())
+    assert ids["late"] == 1 and "too-late" not in ids
+    assert max(ids.values()) == 1 and len(ids) == 151
+    assert state.cursor("events") == cursor_after_first  # never moved backwards
+
+    third = sync_file(path, store=state).record
+    assert third is not None and third["rows_read"] == 0
