@@ -12,11 +12,9 @@ No Prefect here: flows call `run_sync`.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -31,14 +29,8 @@ from engage_sync.errors import ConfigError, SyncError
 from engage_sync.extract import Cursor, SourceSpec, Window, sample_cursor, stream_batches
 from engage_sync.model import Item
 from engage_sync.ratelimit import RateBudgets
-from engage_sync.request import Request
-from engage_sync.state import (
-    JournalEntry,
-    Settlement,
-    StateStore,
-    decode_cursor,
-    encode_cursor,
-)
+from engage_sync.sender import REJECTED, Progress, RunContext, Segment, Sender, digest, stamp
+from engage_sync.state import JournalEntry, StateStore, decode_cursor, encode_cursor
 from engage_sync.status import job_status, record
 from engage_sync.transform import transform_batch
 
@@ -119,15 +111,6 @@ def align(value: datetime, sample: Any) -> Any:
     return value
 
 
-def stamp(value: Any) -> str:
-    """A cursor value as text that sorts like the value (UTC, fixed width)."""
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
-    return str(value)
-
-
 def shift(value: Any, delta: timedelta) -> Any:
     """A cursor value moved back by `delta`, in the value's own type."""
     if isinstance(value, datetime):
@@ -136,44 +119,6 @@ def shift(value: Any, delta: timedelta) -> Any:
         sep = " " if len(value) > 10 and value[10] == " " else "T"
         return (datetime.fromisoformat(value) - delta).isoformat(sep=sep)
     raise ValueError(f"lookback needs a timestamp cursor, not {type(value).__name__}")
-
-
-def digest(blob: bytes) -> str:
-    return hashlib.sha1(blob).hexdigest()[:16]
-
-
-REJECTED = "rejected"
-
-
-@dataclass
-class _Segment:
-    """A contiguous range of the source order: one request, or rows already settled."""
-
-    start: Cursor | None
-    end: Cursor
-    entry: JournalEntry | None = None
-    batch: TrackBatch | None = None
-    settled: bool = False
-    stamps: tuple[str, ...] = ()
-
-
-class Progress:
-    """The longest prefix of settled segments; its end is where the cursor may move."""
-
-    def __init__(self, start: Cursor | None) -> None:
-        self.position = start
-        self.segments: deque[_Segment] = deque()
-
-    def add(self, segment: _Segment) -> None:
-        self.segments.append(segment)
-
-    def advance(self) -> Cursor | None:
-        """Pop settled segments at the head; returns the new position if it moved."""
-        moved = False
-        while self.segments and self.segments[0].settled:
-            self.position = self.segments.popleft().end
-            moved = True
-        return self.position if moved else None
 
 
 def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions()
@@ -327,7 +272,7 @@ class _Run:
         skips = deque(e for e in done if e.start is None or window.start is None
                       or tuple(e.end) > tuple(window.start))
         packer = TrackPacker(self.limits)
-        sender = _Sender(self, progress)
+        sender = self._sender(progress)
         req_no = max((e.req_no for e in done), default=0)
         segment_start: Cursor | None = window.start
         last: Cursor | None = None
@@ -339,7 +284,7 @@ class _Run:
                 return
             req_no += 1
             stamps = tuple(stamp_of.pop(i.seq) for i in batch.items) if self.lookback else ()
-            sender.submit(_Segment(segment_start, end, batch=batch, stamps=stamps), req_no)
+            sender.submit(Segment(segment_start, end, batch=batch, stamps=stamps), req_no)
             segment_start = end
 
         def record(rejects: list[tuple[str, str, str]]) -> None:
@@ -354,7 +299,7 @@ class _Run:
                     send(packer.flush(), last)
                     entry = skips[0]
                     if last != tuple(entry.end):
-                        progress.add(_Segment(entry.start, tuple(entry.end), settled=True))
+                        progress.add(Segment(entry.start, tuple(entry.end), settled=True))
                     segment_start = last = tuple(entry.end)
                     continue
                 self.counts["read"] += 1
@@ -370,10 +315,25 @@ class _Run:
             if batch is not None:
                 send(batch, last)
             elif last is not None and last != segment_start:
-                progress.add(_Segment(segment_start, last, settled=True))
+                progress.add(Segment(segment_start, last, settled=True))
             sender.drain()
         finally:
             sender.close()
+
+    def _sender(self, progress: Progress) -> Sender:
+        service = self.i.service
+        deliverer = Deliverer(
+            client=self.deps.client, api_key=self.deps.api_key, budgets=self.deps.budgets,
+            base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,
+            log_context={"integration": self.i.name},
+        )
+        return Sender(RunContext(
+            run_id=self.run_id, integration=self.i.name, state=self.deps.state,
+            deliverer=deliverer, max_in_flight=service.max_in_flight,
+            idempotent=self.i.kind == "attributes",
+            resend_in_doubt=self.resend_in_doubt, bulk=self.options.mode != "incremental",
+            may_move_cursor=self.may_move_cursor, counts=self.counts, report=self.report,
+        ), progress)
 
     def may_move_cursor(self, position: Cursor) -> bool:
         """Incremental and full-resync runs move the integration cursor, never backwards
@@ -385,134 +345,6 @@ class _Run:
     def report(self) -> None:
         if self.deps.on_progress is not None:
             self.deps.on_progress(dict(self.counts))
-
-
-class _Sender:
-    """Sends segments' requests with a bounded number in flight, one user at a time, and
-    settles them in the journal as they complete."""
-
-    def __init__(self, run: _Run, progress: Progress) -> None:
-        self.run = run
-        self.progress = progress
-        self.i = run.i
-        self.deliverer = Deliverer(
-            client=run.deps.client,
-            api_key=run.deps.api_key,
-            budgets=run.deps.budgets,
-            base_url=self.i.service.base_url,
-            retry_deadline=self.i.service.retry_deadline_seconds,
-            log_context={"integration": self.i.name},
-        )
-        self.pool = ThreadPoolExecutor(max_workers=self.i.service.max_in_flight,
-                                       thread_name_prefix=f"send-{self.i.name}")
-        self.in_flight: dict[Future[Any], tuple[_Segment, frozenset[str]]] = {}
-        self.users: dict[str, int] = {}
-        self.fatal: str | None = None
-
-    def submit(self, segment: _Segment, req_no: int) -> None:
-        assert segment.batch is not None
-        users = frozenset(item.user for item in segment.batch.items)
-        while self.in_flight and (
-            len(self.in_flight) >= self.i.service.max_in_flight
-            or any(u in self.users for u in users)
-        ):
-            self._settle(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
-        if self.fatal:
-            self.drain()  # settles what is in flight, then raises _FatalStop
-        entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
-        segment.entry = entry
-        self.run.deps.state.journal_pending(self.run.run_id, [entry])
-        self.progress.add(segment)
-        batch = segment.batch
-        request = Request(
-            endpoint="/users/track",
-            group="users_track",
-            body=batch.body,
-            items=batch.items,
-            positions=batch.positions,
-            bulk=self.run.options.mode != "incremental",
-            resend_in_doubt=self.run.resend_in_doubt,
-        )
-        future = self.pool.submit(self.deliverer.send, request)
-        self.in_flight[future] = (segment, users)
-        for u in users:
-            self.users[u] = self.users.get(u, 0) + 1
-        self.run.counts["requests"] += 1
-
-    def _settle(self, futures: set[Future[Any]]) -> None:
-        settlements = []
-        done = []
-        for future in futures:
-            segment, users = self.in_flight.pop(future)
-            done.append(segment)
-            for u in users:
-                self.users[u] -= 1
-                if not self.users[u]:
-                    del self.users[u]
-            settlements.append(self._settlement(segment, future))
-            segment.settled = True
-        moved = self.progress.advance()
-        acked = [(item.key, st, digest(item.blob))
-                 for segment in done for item, st in zip(
-                     segment.batch.items if segment.batch else (), segment.stamps, strict=False)]
-        self.run.deps.state.settle(
-            self.run.run_id, self.i.name, settlements, progress=moved,
-            move_cursor=moved is not None and self.run.may_move_cursor(moved),
-            acked_rows=acked)
-        self.run.report()
-
-    def _settlement(self, segment: _Segment, future: Future[Any]) -> Settlement:
-        assert segment.batch is not None and segment.entry is not None
-        items = segment.batch.items
-        req_no = segment.entry.req_no
-        try:
-            outcome = future.result().outcome
-        except Exception as exc:  # a bug or an unexpected library error: keep rows in doubt
-            log.exception("integration %s: request %s crashed", self.i.name, req_no)
-            reason = f"internal error while sending: {type(exc).__name__}"
-            self.run.counts["in_doubt"] += len(items)
-            return Settlement(req_no, "in_doubt", 0,
-                              in_doubt=[(f"req{req_no}:{k}", i.key, reason)
-                                        for k, i in enumerate(items)], reason=reason)
-        counts = self.run.counts
-        def pos(k: int) -> str:
-            return f"req{req_no}:{k}"
-
-        if outcome.kind == "ok":
-            failed = [(pos(k), items[k].key, reason)
-                      for k, reason in sorted(outcome.item_errors.items())]
-            counts["synced"] += len(items) - len(failed)
-            counts["failed"] += len(failed)
-            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed)
-        if outcome.kind == "in_doubt":
-            counts["in_doubt"] += len(items)
-            return Settlement(req_no, "in_doubt", 0,
-                              in_doubt=[(pos(k), i.key, outcome.reason)
-                                        for k, i in enumerate(items)],
-                              reason=outcome.reason)
-        if outcome.kind == "fatal":
-            self.fatal = outcome.reason
-        errors = outcome.item_errors
-        failed = [(pos(k), i.key, errors.get(k, outcome.reason)) for k, i in enumerate(items)]
-        counts["failed"] += len(failed)
-        return Settlement(req_no, "failed", 0, failed=failed, reason=outcome.reason)
-
-    def drain(self) -> None:
-        while self.in_flight:
-            self._settle(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
-        if self.fatal:
-            raise _FatalStop(self.fatal)
-        moved = self.progress.advance()
-        if moved is not None:
-            self.run.deps.state.advance(self.run.run_id, self.i.name, moved,
-                                        move_cursor=self.run.may_move_cursor(moved))
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _FatalStop(SyncError):
-    """The service refused the credentials or permissions: the run stops."""
 
 
 def dry_run(integration: Integration, engine: Engine, state: StateStore,

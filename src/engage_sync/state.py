@@ -298,14 +298,21 @@ class StateStore:
         """Settle journal entries, record their failed / in-doubt rows and, if given, move the
         run's progress and the integration cursor, all in one transaction."""
         with self.engine.begin() as conn:
-            for s in settlements:
-                assert s.state in SETTLED
-                conn.execute(journal.update()
-                             .where(journal.c.run_id == run_id, journal.c.req_no == s.req_no)
-                             .values(state=s.state, synced=s.synced, failed=len(s.failed),
-                                     in_doubt=len(s.in_doubt), reason=s.reason))
-                self._insert_errors(conn, run_id, integration, "failed", list(s.failed))
-                self._insert_errors(conn, run_id, integration, "in_doubt", list(s.in_doubt))
+            if settlements:
+                assert all(s.state in SETTLED for s in settlements)
+                conn.execute(
+                    journal.update()
+                    .where(journal.c.run_id == run_id, journal.c.req_no == sa.bindparam("b_req"))
+                    .values(state=sa.bindparam("b_state"), synced=sa.bindparam("b_synced"),
+                            failed=sa.bindparam("b_failed"), in_doubt=sa.bindparam("b_doubt"),
+                            reason=sa.bindparam("b_reason")),
+                    [{"b_req": s.req_no, "b_state": s.state, "b_synced": s.synced,
+                      "b_failed": len(s.failed), "b_doubt": len(s.in_doubt),
+                      "b_reason": s.reason} for s in settlements])
+            failed = [row for s in settlements for row in s.failed]
+            in_doubt = [row for s in settlements for row in s.in_doubt]
+            self._insert_errors(conn, run_id, integration, "failed", failed)
+            self._insert_errors(conn, run_id, integration, "in_doubt", in_doubt)
             self._insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 self._advance(conn, run_id, integration, progress, move_cursor)

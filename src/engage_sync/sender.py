@@ -1,0 +1,242 @@
+"""Sending a run's requests: bounded concurrency, one user at a time, journal before send.
+
+Invariants:
+- a request's journal entry is committed before the request leaves (rule 4);
+- two requests that touch the same user are never in flight at once;
+- `Progress` moves only over a prefix of settled segments, and what it passes is saved in the
+  same transaction as those segments' settlements;
+- journal writes and settlements are grouped (`GROUP` requests per transaction) only when every
+  item is idempotent (attributes): after a crash, an entry journaled but never sent, or
+  acknowledged but not yet saved, is sent again at no cost but billing. Events and purchases
+  are journaled and settled request by request, so after a crash the only entries left pending
+  are the ones really in flight, and the in-doubt policy decides about exactly those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from engage_sync.batching import TrackBatch
+from engage_sync.deliver import Deliverer
+from engage_sync.errors import SyncError
+from engage_sync.extract import Cursor
+from engage_sync.request import Request
+from engage_sync.state import JournalEntry, Settlement, StateStore
+
+log = logging.getLogger("engage_sync.sender")
+
+REJECTED = "rejected"
+GROUP = 16
+
+
+def stamp(value: Any) -> str:
+    """A cursor value as text that sorts like the value (UTC, fixed width)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return str(value)
+
+
+def digest(blob: bytes) -> str:
+    return hashlib.sha1(blob).hexdigest()[:16]
+
+
+@dataclass
+class Segment:
+    """A contiguous range of the source order: one request, or rows already settled."""
+
+    start: Cursor | None
+    end: Cursor
+    entry: JournalEntry | None = None
+    batch: TrackBatch | None = None
+    settled: bool = False
+    stamps: tuple[str, ...] = ()
+
+
+class Progress:
+    """The longest prefix of settled segments; its end is where the cursor may move."""
+
+    def __init__(self, start: Cursor | None) -> None:
+        self.position = start
+        self.segments: deque[Segment] = deque()
+
+    def add(self, segment: Segment) -> None:
+        self.segments.append(segment)
+
+    def advance(self) -> Cursor | None:
+        """Pop settled segments at the head; returns the new position if it moved."""
+        moved = False
+        while self.segments and self.segments[0].settled:
+            self.position = self.segments.popleft().end
+            moved = True
+        return self.position if moved else None
+
+
+class FatalStop(SyncError):
+    """The service refused the credentials or permissions: the run stops."""
+
+
+@dataclass
+class RunContext:
+    """What the sender needs to know of its run."""
+
+    run_id: str
+    integration: str
+    state: StateStore
+    deliverer: Deliverer
+    max_in_flight: int
+    idempotent: bool
+    resend_in_doubt: bool
+    bulk: bool
+    may_move_cursor: Callable[[Cursor], bool]
+    counts: dict[str, int]
+    report: Callable[[], None]
+
+
+class Sender:
+    """Journals, sends and settles segments in order of submission."""
+
+    def __init__(self, ctx: RunContext, progress: Progress) -> None:
+        self.ctx = ctx
+        self.progress = progress
+        self.group = GROUP if ctx.idempotent else 1
+        self.pool = ThreadPoolExecutor(max_workers=ctx.max_in_flight,
+                                       thread_name_prefix=f"send-{ctx.integration}")
+        self.queue: list[Segment] = []
+        self.in_flight: dict[Future[Any], tuple[Segment, frozenset[str]]] = {}
+        self.users: dict[str, int] = {}
+        self.unsaved: list[tuple[Segment, Settlement]] = []
+        self.fatal: str | None = None
+
+    def submit(self, segment: Segment, req_no: int) -> None:
+        assert segment.batch is not None
+        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
+        self.progress.add(segment)
+        self.queue.append(segment)
+        if len(self.queue) >= self.group:
+            self._flush_queue()
+
+    def _flush_queue(self) -> None:
+        if not self.queue:
+            return
+        queue, self.queue = self.queue, []
+        if self.group == 1:
+            # exact journal: wait for room first, so a pending entry is really in flight
+            segment = queue[0]
+            users = self._users(segment)
+            self._make_room(users)
+            if not self.fatal and segment.entry is not None:
+                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry])
+                self._send(segment, users)
+            return
+        self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry])
+        for segment in queue:
+            users = self._users(segment)
+            self._make_room(users)
+            if not self.fatal:  # else journaled, never sent: the next run sends it
+                self._send(segment, users)
+
+    @staticmethod
+    def _users(segment: Segment) -> frozenset[str]:
+        assert segment.batch is not None
+        return frozenset(item.user for item in segment.batch.items)
+
+    def _make_room(self, users: frozenset[str]) -> None:
+        """Wait until a request may leave: below max_in_flight, none of its users in flight."""
+        while self.in_flight and (len(self.in_flight) >= self.ctx.max_in_flight
+                                  or any(u in self.users for u in users)):
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+
+    def _send(self, segment: Segment, users: frozenset[str]) -> None:
+        batch = segment.batch
+        assert batch is not None
+        request = Request(
+            endpoint="/users/track", group="users_track", body=batch.body, items=batch.items,
+            positions=batch.positions, bulk=self.ctx.bulk,
+            resend_in_doubt=self.ctx.resend_in_doubt,
+        )
+        future = self.pool.submit(self.ctx.deliverer.send, request)
+        self.in_flight[future] = (segment, users)
+        for u in users:
+            self.users[u] = self.users.get(u, 0) + 1
+        self.ctx.counts["requests"] += 1
+
+    def _collect(self, futures: set[Future[Any]]) -> None:
+        for future in futures:
+            segment, users = self.in_flight.pop(future)
+            for u in users:
+                self.users[u] -= 1
+                if not self.users[u]:
+                    del self.users[u]
+            self.unsaved.append((segment, self._settlement(segment, future)))
+            segment.settled = True
+        if len(self.unsaved) >= self.group:
+            self._save()
+
+    def _save(self) -> None:
+        moved = self.progress.advance()
+        if not self.unsaved and moved is None:
+            return
+        acked = [(item.key, st, digest(item.blob))
+                 for segment, _ in self.unsaved if segment.batch is not None
+                 for item, st in zip(segment.batch.items, segment.stamps, strict=False)]
+        self.ctx.state.settle(
+            self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
+            progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
+            acked_rows=acked)
+        self.unsaved = []
+        self.ctx.report()
+
+    def _settlement(self, segment: Segment, future: Future[Any]) -> Settlement:
+        assert segment.batch is not None and segment.entry is not None
+        items, req_no, counts = segment.batch.items, segment.entry.req_no, self.ctx.counts
+
+        def rows(reason: str, errors: dict[int, str] | None = None
+                 ) -> list[tuple[str, str, str]]:
+            errors = errors or {}
+            return [(f"req{req_no}:{k}", i.key, errors.get(k, reason))
+                    for k, i in enumerate(items)]
+
+        try:
+            outcome = future.result().outcome
+        except Exception as exc:  # a bug or an unexpected library error: rows stay in doubt
+            log.exception("integration %s: request %s crashed", self.ctx.integration, req_no)
+            reason = f"internal error while sending: {type(exc).__name__}"
+            counts["in_doubt"] += len(items)
+            return Settlement(req_no, "in_doubt", 0, in_doubt=rows(reason), reason=reason)
+        if outcome.kind == "ok":
+            failed = [(f"req{req_no}:{k}", items[k].key, reason)
+                      for k, reason in sorted(outcome.item_errors.items())]
+            counts["synced"] += len(items) - len(failed)
+            counts["failed"] += len(failed)
+            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed)
+        if outcome.kind == "in_doubt":
+            counts["in_doubt"] += len(items)
+            return Settlement(req_no, "in_doubt", 0, in_doubt=rows(outcome.reason),
+                              reason=outcome.reason)
+        if outcome.kind == "fatal":
+            self.fatal = outcome.reason
+        counts["failed"] += len(items)
+        return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
+                          reason=outcome.reason)
+
+    def drain(self) -> None:
+        """Send what is queued, wait for everything in flight, save; raises FatalStop after a
+        401 or 403 once everything sent is settled."""
+        self._flush_queue()
+        while self.in_flight:
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+        self._save()
+        if self.fatal:
+            raise FatalStop(self.fatal)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
