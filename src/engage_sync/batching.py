@@ -1,4 +1,8 @@
-"""Pack items into /users/track requests that are as full as the limits allow (pure).
+"""Pack items into requests that are as full as the limits allow (pure).
+
+`Batch` is what every packer yields: a request body for one endpoint and the items in it, with
+their (input_array, index) positions. `Packer` is the protocol every kind's packer follows;
+`TrackPacker` packs /users/track requests.
 
 Invariants (checked by property tests):
 - every item given is in exactly one request, in the order given;
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from engage_sync.model import Item
 
@@ -27,12 +32,23 @@ class TrackLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class TrackBatch:
+class Batch:
     """Items of one request, in order, and the request body built from their blobs."""
 
     items: tuple[Item, ...]
     positions: tuple[tuple[str, int], ...]
     body: bytes
+    endpoint: str = "/users/track"
+    group: str = "users_track"
+
+
+class Packer(Protocol):
+    """Packs items in order. `add` returns a finished batch when the item does not fit the
+    current one (the item then starts the next); `flush` returns what is pending."""
+
+    def add(self, item: Item) -> Batch | None: ...
+
+    def flush(self) -> Batch | None: ...
 
 
 def item_fits_alone(item: Item, limits: TrackLimits) -> bool:
@@ -52,7 +68,7 @@ class TrackPacker:
         self.counts = dict.fromkeys(ARRAYS, 0)
         self.size = _OVERHEAD
 
-    def add(self, item: Item) -> TrackBatch | None:
+    def add(self, item: Item) -> Batch | None:
         """Raises ValueError for an item too large for any request (transform rejects those)."""
         limits = self.limits
         if not item_fits_alone(item, limits):
@@ -72,7 +88,7 @@ class TrackPacker:
         self.size += extra
         return done
 
-    def flush(self) -> TrackBatch | None:
+    def flush(self) -> Batch | None:
         if not self.pending:
             return None
         batch = build_track(self.pending)
@@ -80,7 +96,7 @@ class TrackPacker:
         return batch
 
 
-def pack_track(items: Iterable[Item], limits: TrackLimits) -> Iterator[TrackBatch]:
+def pack_track(items: Iterable[Item], limits: TrackLimits) -> Iterator[Batch]:
     """All items packed greedily, in order."""
     packer = TrackPacker(limits)
     for item in items:
@@ -92,7 +108,7 @@ def pack_track(items: Iterable[Item], limits: TrackLimits) -> Iterator[TrackBatc
         yield last
 
 
-def build_track(items: list[Item]) -> TrackBatch:
+def build_track(items: list[Item]) -> Batch:
     """Body with only the arrays that have items; positions index into each array."""
     by_array: dict[str, list[Item]] = {a: [] for a in ARRAYS}
     for item in items:
@@ -107,6 +123,6 @@ def build_track(items: list[Item]) -> TrackBatch:
         for index, item in enumerate(group):
             positions[id(item)] = (array, index)
     body = b"{" + b",".join(parts) + b"}"
-    return TrackBatch(
+    return Batch(
         items=tuple(items), positions=tuple(positions[id(i)] for i in items), body=body
     )

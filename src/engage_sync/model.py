@@ -22,13 +22,18 @@ TrackArray = Literal["attributes", "events", "purchases"]
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One object destined for one request array."""
+    """One object destined for one request array.
+
+    `group` is the packing key of kinds that group rows into shared objects (for
+    subscriptions: (subscription_group_id, subscription_state)); empty for /users/track.
+    """
 
     seq: int
     key: str
     user: str
     array: str
     blob: bytes
+    group: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync.batching import TrackBatch, TrackLimits, TrackPacker
+from engage_sync.batching import Batch, Packer, TrackLimits, TrackPacker
 from engage_sync.config import Integration
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import ConfigError, SyncError
@@ -271,14 +271,14 @@ class _Run:
         progress = Progress(window.start)
         skips = deque(e for e in done if e.start is None or window.start is None
                       or tuple(e.end) > tuple(window.start))
-        packer = TrackPacker(self.limits)
+        packer = self.packer()
         sender = self._sender(progress)
         req_no = max((e.req_no for e in done), default=0)
         segment_start: Cursor | None = window.start
         last: Cursor | None = None
         stamp_of: dict[int, str] = {}  # lookback: cursor stamp of each item not yet sent
 
-        def send(batch: TrackBatch | None, end: Cursor | None) -> None:
+        def send(batch: Batch | None, end: Cursor | None) -> None:
             nonlocal req_no, segment_start
             if batch is None or end is None:
                 return
@@ -320,6 +320,10 @@ class _Run:
         finally:
             sender.close()
 
+    def packer(self) -> Packer:
+        """The packer of this integration's kind."""
+        return TrackPacker(self.limits)
+
     def _sender(self, progress: Progress) -> Sender:
         service = self.i.service
         deliverer = Deliverer(
@@ -355,7 +359,7 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
     run = _Run(integration, deps, options)
     window = run._new_window()
     result = DryRun()
-    packer = TrackPacker(run.limits)
+    packer = run.packer()
     for _cursor, item, reject in run._rows(window):
         result.rows += 1
         if reject is not None:

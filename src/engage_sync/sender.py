@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engage_sync.batching import TrackBatch
+from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import SyncError
 from engage_sync.extract import Cursor
@@ -56,7 +56,7 @@ class Segment:
     start: Cursor | None
     end: Cursor
     entry: JournalEntry | None = None
-    batch: TrackBatch | None = None
+    batch: Batch | None = None
     settled: bool = False
     stamps: tuple[str, ...] = ()
 
@@ -159,7 +159,7 @@ class Sender:
         batch = segment.batch
         assert batch is not None
         request = Request(
-            endpoint="/users/track", group="users_track", body=batch.body, items=batch.items,
+            endpoint=batch.endpoint, group=batch.group, body=batch.body, items=batch.items,
             positions=batch.positions, bulk=self.ctx.bulk,
             resend_in_doubt=self.ctx.resend_in_doubt,
         )
