@@ -26,6 +26,8 @@ class Item:
 
     `group` is the packing key of kinds that group rows into shared objects (for
     subscriptions: (subscription_group_id, subscription_state)); empty for /users/track.
+    `user` names the user the item touches; an item touching several users (a merge) joins
+    their names with USER_SEP. Two requests sharing a user are never in flight at once.
     """
 
     seq: int
@@ -34,6 +36,13 @@ class Item:
     array: str
     blob: bytes
     group: tuple[str, ...] = ()
+
+
+USER_SEP = "\x1e"
+
+
+def users_of(item: Item) -> tuple[str, ...]:
+    return tuple(item.user.split(USER_SEP))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import httpx
 from sqlalchemy.engine import Engine
 
+from engage_sync import kinds
 from engage_sync.batching import Batch, Packer, TrackLimits, TrackPacker
 from engage_sync.config import Integration
 from engage_sync.deliver import Deliverer
@@ -83,6 +84,8 @@ def source_spec(integration: Integration) -> SourceSpec:
 
 def data_columns(integration: Integration) -> list[str]:
     """Columns the transform reads, in addition to the cursor and key columns."""
+    if not kinds.is_track(integration):
+        return kinds.columns(integration)
     cols = list(integration.identifier_columns)
     fmt = integration.payload_format
     if fmt is not None:
@@ -140,7 +143,10 @@ class _Run:
             per_array=integration.service.limits.per_array,
             max_body_bytes=integration.service.limits.max_body_bytes,
         )
-        self.resend_in_doubt = integration.kind == "attributes" or integration.in_doubt == "resend"
+        # only events and purchases are not idempotent: every other kind may be sent twice
+        self.idempotent = integration.kind not in ("events", "purchases")
+        self.resend_in_doubt = self.idempotent or integration.in_doubt == "resend"
+        self.track = kinds.is_track(integration)
         self.lookback = integration.lookback if options.mode == "incremental" else None
         self.stored: Cursor | None = None  # the integration's cursor when the run opened
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
@@ -224,7 +230,8 @@ class _Run:
                                     self.i.extract_batch_rows):
             columns = [batch.column(n).to_pylist() for n in names]
             cursors = list(zip(*columns, strict=True))
-            result = transform_batch(self.i, batch, seq)
+            result = (transform_batch(self.i, batch, seq) if self.track
+                      else kinds.transform(self.i, batch, seq))
             by_seq: list[Item | tuple[str, str] | None] = [None] * batch.num_rows
             for item in result.items:
                 by_seq[item.seq - seq] = item
@@ -322,7 +329,7 @@ class _Run:
 
     def packer(self) -> Packer:
         """The packer of this integration's kind."""
-        return TrackPacker(self.limits)
+        return TrackPacker(self.limits) if self.track else kinds.packer(self.i)
 
     def _sender(self, progress: Progress) -> Sender:
         service = self.i.service
@@ -334,7 +341,7 @@ class _Run:
         return Sender(RunContext(
             run_id=self.run_id, integration=self.i.name, state=self.deps.state,
             deliverer=deliverer, max_in_flight=service.max_in_flight,
-            idempotent=self.i.kind == "attributes",
+            idempotent=self.idempotent,
             resend_in_doubt=self.resend_in_doubt, bulk=self.options.mode != "incremental",
             may_move_cursor=self.may_move_cursor, counts=self.counts, report=self.report,
         ), progress)

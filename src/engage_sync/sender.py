@@ -27,6 +27,7 @@ from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import SyncError
 from engage_sync.extract import Cursor
+from engage_sync.model import users_of
 from engage_sync.request import Request
 from engage_sync.state import JournalEntry, Settlement, StateStore
 
@@ -147,7 +148,7 @@ class Sender:
     @staticmethod
     def _users(segment: Segment) -> frozenset[str]:
         assert segment.batch is not None
-        return frozenset(item.user for item in segment.batch.items)
+        return frozenset(u for item in segment.batch.items for u in users_of(item))
 
     def _make_room(self, users: frozenset[str]) -> None:
         """Wait until a request may leave: below max_in_flight, none of its users in flight."""
