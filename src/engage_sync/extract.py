@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -33,12 +32,14 @@ Cursor = tuple[Any, ...]
 class Window:
     """Rows with start < (cursor, key) and cursor <= signpost; start None = from the beginning.
 
-    `floor` (used by backfills and lookback) additionally requires cursor >= floor.
+    `floor` (backfills, lookback) additionally requires cursor >= floor, and `before`
+    (backfills) cursor < before, so adjacent backfill chunks never share a row.
     """
 
     start: Cursor | None
-    signpost: datetime | None
-    floor: datetime | None = None
+    signpost: Any
+    floor: Any = None
+    before: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,8 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window) -> s
         query = query.where(order[0] <= window.signpost)
     if window.floor is not None:
         query = query.where(order[0] >= window.floor)
+    if window.before is not None:
+        query = query.where(order[0] < window.before)
     return query.order_by(*order)
 
 

@@ -29,6 +29,7 @@ from engage_sync.deliver import Deliverer
 from engage_sync.errors import ConfigError, SyncError
 from engage_sync.extract import Cursor, SourceSpec, Window, sample_cursor, stream_batches
 from engage_sync.model import Item
+from engage_sync.ranges import Ranges
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.sender import REJECTED, Progress, RunContext, Segment, Sender, digest, stamp
 from engage_sync.state import JournalEntry, StateStore, decode_cursor, encode_cursor
@@ -42,10 +43,23 @@ Mode = Literal["incremental", "backfill", "full_resync"]
 
 @dataclass(frozen=True)
 class RunOptions:
+    """How to run. A backfill reads rows with start <= cursor < end, sends them with the bulk
+    header, never moves the incremental cursor, and skips events and purchases that an
+    incremental run already sent, unless `resend_events`."""
+
     mode: Mode = "incremental"
     dry_run: bool = False
     start: datetime | None = None
     end: datetime | None = None
+    resend_events: bool = False
+    allow_deletes: int | None = None
+
+    @property
+    def scope(self) -> str | None:
+        """What makes a backfill run resumable: its range."""
+        if self.mode != "backfill":
+            return None
+        return encode_cursor([self.start, self.end])
 
 
 @dataclass
@@ -105,7 +119,9 @@ def data_columns(integration: Integration) -> list[str]:
 
 
 def align(value: datetime, sample: Any) -> Any:
-    """A UTC datetime in the form of the source's cursor values (aware, naive UTC or text)."""
+    """A UTC datetime (naive = UTC) in the form of the source's cursor values (aware, naive
+    UTC or text)."""
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     if isinstance(sample, datetime):
         return value if sample.tzinfo is not None else value.replace(tzinfo=None)
     if isinstance(sample, str):
@@ -149,6 +165,15 @@ class _Run:
         self.track = kinds.is_track(integration)
         self.lookback = integration.lookback if options.mode == "incremental" else None
         self.stored: Cursor | None = None  # the integration's cursor when the run opened
+        # a backfill of events skips what incremental runs sent or will send (rows above their
+        # cursor), unless told to resend
+        self.already_sent: Ranges | None = None
+        self.incremental_cursor: Cursor | None = None
+        if (options.mode == "backfill" and not self.idempotent
+                and not options.resend_events):
+            self.already_sent = Ranges(deps.state.settled_ranges(
+                integration.name, ("incremental", "full_resync")))
+            self.incremental_cursor = deps.state.cursor(integration.name)
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
 
@@ -156,7 +181,7 @@ class _Run:
     def _window(self) -> tuple[str, Window, list[JournalEntry]]:
         state, name, mode = self.deps.state, self.i.name, self.options.mode
         self.stored = state.cursor(name) if self.lookback else None
-        resumed = state.unfinished_run(name, mode)
+        resumed = state.unfinished_run(name, mode, self.options.scope)
         if resumed is not None:
             run_id = resumed["run_id"]
             state.take_over(run_id)
@@ -170,24 +195,26 @@ class _Run:
                 start=decode_cursor(resumed["progress"]),
                 signpost=signpost[0] if signpost else None,
                 floor=floor[0] if floor else None,
+                before=self._before(),
             )
             done = [e for e in state.journal_entries(run_id) if e.state != "pending"]
             log.info("integration %s: resuming run %s", name, run_id)
             return run_id, window, done
         window = self._new_window()
-        run_id = state.open_run(name, mode, window.start, window.signpost, window.floor)
+        run_id = state.open_run(name, mode, window.start, window.signpost, window.floor,
+                                scope=self.options.scope)
         return run_id, window, []
 
     def _new_window(self) -> Window:
         now = self.deps.clock()
         sample = sample_cursor(self.deps.engine, self.spec)
         if self.options.mode == "backfill":
-            end = self.options.end or now - self.i.settle_lag
             floor = self.options.start
             return Window(
                 start=None,
-                signpost=align(min(end, now - self.i.settle_lag), sample),
+                signpost=align(now - self.i.settle_lag, sample),
                 floor=align(floor, sample) if floor else None,
+                before=self._before(sample),
             )
         start = None if self.options.mode == "full_resync" else self.deps.state.cursor(self.i.name)
         signpost = align(now - self.i.settle_lag, sample)
@@ -197,6 +224,14 @@ class _Run:
             self.deps.state.prune_acks(self.i.name, stamp(floor))
             return Window(start=None, signpost=signpost, floor=floor)
         return Window(start=start, signpost=signpost)
+
+    def _before(self, sample: Any = None) -> Any:
+        end = self.options.end if self.options.mode == "backfill" else None
+        if end is None:
+            return None
+        if sample is None:
+            sample = sample_cursor(self.deps.engine, self.spec)
+        return align(end, sample)
 
     # the run -------------------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
@@ -239,6 +274,8 @@ class _Run:
                 by_seq[reject.seq - seq] = (reject.key, reject.reason)
             if self.lookback and self.stored is not None:
                 self._drop_acknowledged(cursors, by_seq)
+            if self.already_sent is not None:
+                self._drop_incremental(cursors, by_seq)
             rejects = [(k, o) for k, o in enumerate(by_seq) if isinstance(o, tuple)]
             if on_rejects is not None and rejects:
                 on_rejects([(encode_cursor(cursors[k]) or "", o[0], o[1]) for k, o in rejects])
@@ -252,6 +289,16 @@ class _Run:
                     yield cursors[k], None, outcome
             assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
             seq += batch.num_rows
+
+    def _drop_incremental(self, cursors: list[Cursor],
+                          by_seq: list[Item | tuple[str, str] | None]) -> None:
+        """Backfill of events: rows an incremental run sent, or will send, are not read."""
+        assert self.already_sent is not None
+        top = self.incremental_cursor
+        for k, c in enumerate(cursors):
+            c = tuple(c)
+            if top is None or c > tuple(top) or self.already_sent.contains(c):
+                by_seq[k] = None
 
     def _drop_acknowledged(self, cursors: list[Cursor],
                            by_seq: list[Item | tuple[str, str] | None]) -> None:

@@ -46,6 +46,7 @@ runs = sa.Table(
     sa.Column("integration", sa.String(100), nullable=False, index=True),
     sa.Column("seq", sa.Integer, nullable=False),
     sa.Column("mode", sa.String(20), nullable=False),
+    sa.Column("scope", sa.Text),
     sa.Column("job_status", sa.String(20), nullable=False),
     sa.Column("sync_start_time", sa.DateTime(timezone=True), nullable=False),
     sa.Column("sync_finish_time", sa.DateTime(timezone=True)),
@@ -213,13 +214,16 @@ class StateStore:
             conn.execute(cursors.insert().values(integration=integration, **values))
 
     # runs ----------------------------------------------------------------------------------
-    def unfinished_run(self, integration: str, mode: str) -> dict[str, Any] | None:
-        """The newest run of this integration and mode still `running` (to resume), if any."""
+    def unfinished_run(self, integration: str, mode: str,
+                       scope: str | None = None) -> dict[str, Any] | None:
+        """The newest run of this integration, mode and scope (a backfill's range) still
+        `running` (to resume), if any."""
+        same_scope = runs.c.scope.is_(None) if scope is None else runs.c.scope == scope
         with self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(runs)
                 .where(runs.c.integration == integration, runs.c.job_status == "running",
-                       runs.c.mode == mode)
+                       runs.c.mode == mode, same_scope)
                 .order_by(runs.c.seq.desc())
                 .limit(1)
             ).mappings().first()
@@ -234,6 +238,7 @@ class StateStore:
         floor: datetime | None = None,
         job_status: str = "running",
         message: str | None = None,
+        scope: str | None = None,
     ) -> str:
         run_id = str(uuid.uuid4())
         with self.engine.begin() as conn:
@@ -241,7 +246,7 @@ class StateStore:
                 sa.select(sa.func.max(runs.c.seq)).where(runs.c.integration == integration)
             ) or 0) + 1
             conn.execute(runs.insert().values(
-                run_id=run_id, integration=integration, seq=seq, mode=mode,
+                run_id=run_id, integration=integration, seq=seq, mode=mode, scope=scope,
                 job_status=job_status, sync_start_time=_now(),
                 window_start=encode_cursor(window_start),
                 signpost=encode_cursor([signpost]) if signpost else None,
@@ -385,6 +390,19 @@ class StateStore:
         return [JournalEntry(r.req_no, decode_cursor(r.start_cursor),
                              decode_cursor(r.end_cursor) or (), r.item_count, r.state)
                 for r in rows]
+
+    def settled_ranges(self, integration: str, modes: Sequence[str]
+                       ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...]]]:
+        """(start, end] cursor ranges of requests that runs of these modes sent and the service
+        acknowledged or may have processed (in doubt), in journal order."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(journal.c.start_cursor, journal.c.end_cursor)
+                .join(runs, runs.c.run_id == journal.c.run_id)
+                .where(runs.c.integration == integration, runs.c.mode.in_(list(modes)),
+                       journal.c.state.in_(["acked", "in_doubt", "pending"]))
+            ).all()
+        return [(decode_cursor(r[0]), decode_cursor(r[1]) or ()) for r in rows]
 
     def drop_pending(self, run_id: str) -> int:
         """Forget entries left pending by a crash whose rows will be sent again."""
