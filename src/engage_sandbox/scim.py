@@ -19,8 +19,8 @@ Contract choices where the interface says "not shown":
   `userName eq "<value>"` is 400; the quoted value may itself be percent-encoded;
 - PUT on an unknown id is 404 before the body is validated; a PUT `userName` equal to the
   current one is allowed, a different one is 400; unknown top-level keys are 400.
-- seed section `scim_users`: a list of user objects as in a create request, optionally with
-  `id` and `lastSignInAt`.
+- seed section `scim_users`: a list of user objects as in a create request (`schemas` may be
+  left out), optionally with `id` and `lastSignInAt`.
 """
 
 from __future__ import annotations
@@ -224,10 +224,8 @@ def _seeded(raw: Any) -> Directory:
     directory = Directory()
     for i, entry in enumerate(raw or []):
         try:
-            fields = check_user(
-                {k: v for k, v in entry.items() if k not in ("id", "lastSignInAt")},
-                creating=True,
-            )
+            body = {k: v for k, v in entry.items() if k not in ("id", "lastSignInAt")}
+            fields = check_user({"schemas": [USER_SCHEMA], **body}, creating=True)
         except (ScimError, AttributeError) as exc:
             raise ValueError(f"seed scim_users[{i}]: {exc}") from exc
         fields["lastSignInAt"] = entry.get("lastSignInAt")

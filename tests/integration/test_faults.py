@@ -122,7 +122,7 @@ def _kill_during_request(path: Path, service: Service, key: str, state_url: str,
     """Start the run as its own process; SIGKILL it while the sandbox holds request `nth`
     (a `delay` fault: the sandbox waits, then finds the client gone and processes nothing)."""
     service.faults([{"path": "/users/track", "action": "delay", "nth": [nth],
-                     "delay_seconds": 2}])
+                     "delay_seconds": 4}])
     proc = _run_cli(path, state_url, key)
     _wait_for_request(service, nth, proc)
     proc.send_signal(signal.SIGKILL)
