@@ -19,16 +19,10 @@ from engage_sync.errors import SyncError
 
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path
-    candidate = Path(config_dir) / f"{name_or_path}.yaml"
-    if not candidate.exists():
-        raise SyncError(
-            f"no integration '{name_or_path}': give a file path or a name with a file "
-            f"{candidate} (the folder is --config-dir or ENGAGE_SYNC_CONFIG_DIR)"
-        )
-    return candidate
+    """An integration file path, or `<config dir>/<name>.yaml`; raises ConfigError."""
+    from engage_sync.flows import resolve_integration as resolve
+
+    return resolve(name_or_path, config_dir)
 
 
 def _print_json(value: Any) -> None:
@@ -40,7 +34,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     path = resolve_integration(args.integration, args.config_dir)
     result = sync_flow_or_direct(
-        str(path), mode=args.mode, dry_run=args.dry_run, state_url=args.state_url,
+        str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
+        resend_events=args.resend_events, state_url=args.state_url,
         use_prefect=not args.no_prefect,
     )
     _print_json(result)
@@ -77,6 +72,48 @@ def cmd_errors(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from engage_sync import backfill
+
+    path = resolve_integration(args.integration, args.config_dir)
+    start = backfill.parse_bound(args.start, is_end=False)
+    end = backfill.parse_bound(args.end, is_end=True)
+    chunks = backfill.plan(start, end, args.chunk)
+    print(f"backfill {path.stem}: {start.isoformat()} .. {end.isoformat()} in {len(chunks)} "
+          f"chunks of at most {args.chunk}", file=sys.stderr)
+    if args.dry_run:
+        rows = backfill.dry_run(str(path), chunks, state_url=args.state_url,
+                                report=lambda line: print(line, file=sys.stderr))
+        _print_json({"integration": path.stem, "chunks": rows,
+                     "rows": sum(r["rows"] for r in rows)})
+        return 0
+    summary = backfill.run_backfill(
+        path.stem, chunks, deployment=args.deployment or f"engage-sync/{path.stem}",
+        resend_events=args.resend_events, label=args.label, retry_failed=args.retry_failed,
+        chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr))
+    _print_json(summary.as_dict())
+    return 0 if summary.stopped is None else 1
+
+
+def cmd_status_server(args: argparse.Namespace) -> int:
+    from engage_sync.runner import open_state
+    from engage_sync.status_server import serve
+
+    serve(lambda: open_state(args.state_url), host=args.host, port=args.port,
+          config_dir=args.config_dir)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from engage_sync import retention
+    from engage_sync.runner import open_state
+
+    age = retention.retention(args.older_than)
+    deleted = retention.prune(open_state(args.state_url), age)
+    print(f"pruned {deleted} rejected/failed row records older than {age}; run records kept")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from engage_sync.demo import run_demo
 
@@ -86,6 +123,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_sandbox(args: argparse.Namespace) -> int:
     # The sandbox is a separate program (engage_sync never imports engage_sandbox).
     return subprocess.call([sys.executable, "-m", "engage_sandbox.cli", *args.rest])
+
+
+def _bound(*, is_end: bool) -> Any:
+    def parse(text: str) -> Any:
+        from engage_sync.backfill import parse_bound
+
+        try:
+            return parse_bound(text, is_end=is_end)
+        except SyncError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="sync one integration now (a Prefect flow run)")
     common(run)
-    run.add_argument("--mode", choices=["incremental", "full_resync"], default="incremental")
+    run.add_argument("--mode", choices=["incremental", "backfill", "full_resync"],
+                     default="incremental")
+    run.add_argument("--start", type=_bound(is_end=False), default=None,
+                     help="backfill: first UPDATED_AT included (date or ISO datetime, UTC)")
+    run.add_argument("--end", type=_bound(is_end=True), default=None,
+                     help="backfill: last UPDATED_AT included (a date includes the whole day)")
+    run.add_argument("--resend-events", action="store_true",
+                     help="backfill: send events the incremental sync already delivered")
     run.add_argument("--dry-run", action="store_true",
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",
@@ -116,6 +172,47 @@ def build_parser() -> argparse.ArgumentParser:
     common(errors)
     errors.add_argument("--limit", type=int, default=100)
     errors.set_defaults(func=cmd_errors)
+
+    bf = sub.add_parser(
+        "backfill", help="re-send a range of rows, one Prefect flow run per chunk",
+        description="Re-send rows whose UPDATED_AT falls in [--start, --end], chunk by chunk. "
+        "Each chunk is one run of the integration's deployment (served by "
+        "deployments/serve.py or a worker), created once: repeating the command creates no "
+        "run for a chunk that has one, and resumes at the first chunk not completed.")
+    common(bf)
+    bf.add_argument("--start", required=True, help="first day or datetime included (UTC)")
+    bf.add_argument("--end", required=True, help="last day included, or a datetime (UTC)")
+    bf.add_argument("--chunk", default="1d", help="chunk length: 1h, 1d, 7d, ... (default 1d)")
+    bf.add_argument("--dry-run", action="store_true",
+                    help="print the chunks and their row counts; create no run, send nothing")
+    bf.add_argument("--resend-events", action="store_true",
+                    help="send again events and purchases the incremental sync delivered")
+    bf.add_argument("--deployment", default=None,
+                    help="deployment that runs the chunks (default engage-sync/<integration>)")
+    bf.add_argument("--label", default=None,
+                    help="a new label makes a new set of runs for a range already backfilled")
+    bf.add_argument("--retry-failed", action="store_true",
+                    help="run a failed chunk again (the same flow run, set back to Scheduled)")
+    bf.add_argument("--chunk-timeout", type=float, default=3600.0,
+                    help="seconds to wait for one chunk before stopping (resume by repeating)")
+    bf.set_defaults(func=cmd_backfill)
+
+    server = sub.add_parser(
+        "status-server", help="serve GET /cdi/integrations/{id}/job_sync_status over HTTP",
+        description="The service's job sync status endpoint over the state database, behind "
+        "'Authorization: Bearer $ENGAGE_SYNC_STATUS_TOKEN'.")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=int, default=8788)
+    server.add_argument("--config-dir", default=os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config"),
+                        help="integrations without runs yet are known from their files here")
+    server.add_argument("--state-url", default=None)
+    server.set_defaults(func=cmd_status_server)
+
+    prune = sub.add_parser("prune", help="delete rejected/failed row records older than an age")
+    prune.add_argument("--older-than", default=None,
+                       help="age such as 30d or 12h (default ENGAGE_SYNC_ERRORS_RETENTION or 30d)")
+    prune.add_argument("--state-url", default=None)
+    prune.set_defaults(func=cmd_prune)
 
     demo = sub.add_parser("demo", help="sample warehouse + sandbox + two flow runs")
     demo.add_argument("--workdir", default="demo-output")

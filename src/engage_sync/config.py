@@ -15,9 +15,22 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from engage_sync.config_kinds import (
+    KIND_SECTIONS,
+    AliasRenameSpec,
+    DeleteSpec,
+    IdentifySpec,
+    KindSpec,
+    MergeSpec,
+    SubscriptionSpec,
+)
 from engage_sync.errors import ConfigError
 
-Kind = Literal["attributes", "events", "purchases"]
+Kind = Literal[
+    "attributes", "events", "purchases",
+    "subscriptions", "deletes", "identify", "merges", "alias_renames",
+]
+TRACK_KINDS: tuple[str, ...] = ("attributes", "events", "purchases")
 IdentifierKind = Literal["external_id", "user_alias", "platform_id", "email", "phone"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -156,13 +169,41 @@ class Identifier(_Frozen):
         return (str(getattr(self, self.kind)),)
 
 
+class TrackGroup(_Frozen):
+    """One subscription group set through /users/track attributes: a fixed `group_id` or a
+    `group_column`, and the `state_column` (subscribed / unsubscribed; NULL = leave as is)."""
+
+    group_id: str | None = Field(default=None, min_length=1)
+    group_column: str | None = None
+    state_column: str
+
+    @model_validator(mode="after")
+    def _one_group(self) -> TrackGroup:
+        if (self.group_id is None) == (self.group_column is None):
+            raise ValueError("give exactly one of 'group_id' (a fixed id) or 'group_column'")
+        return self
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(c for c in (self.group_column, self.state_column) if c)
+
+
 class MappedFormat(_Frozen):
-    """Any table or query: columns mapped to the identifier and to attributes / event / purchase."""
+    """Any table or query: columns mapped to the identifier and to attributes / event / purchase.
+
+    `subscription_groups` (attributes kind only) adds `subscription_groups` to each attributes
+    object, one entry per listed group whose state is not NULL in the row.
+    """
 
     identifier: Identifier
     attributes: dict[str, str] = {}
+    subscription_groups: tuple[TrackGroup, ...] = ()
     event: EventMapping | None = None
     purchase: PurchaseMapping | None = None
+
+    @property
+    def subscription_group_columns(self) -> list[str]:
+        return [c for g in self.subscription_groups for c in g.columns]
 
 
 _PAYLOAD_ID_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -175,7 +216,12 @@ _PAYLOAD_ID_COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 class Integration(_Frozen):
-    """One synced table. Built only by `load_integration`; frozen afterwards."""
+    """One synced table. Built only by `load_integration`; frozen afterwards.
+
+    Track kinds (attributes, events, purchases) read `payload` or `mapping`; every other kind
+    reads the section named after it (`subscriptions`, `deletes`, `identify`, `merges`,
+    `alias_renames`) and no other. `max_deletes` caps the rows a `deletes` run may send.
+    """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
     kind: Kind
@@ -192,19 +238,63 @@ class Integration(_Frozen):
     in_doubt: Literal["resend", "skip"] = "resend"
     update_existing_only: bool | None = None
     failed_rows_alert_share: float | None = Field(default=None, ge=0, le=1)
+    subscriptions: SubscriptionSpec | None = None
+    deletes: DeleteSpec | None = None
+    identify: IdentifySpec | None = None
+    merges: MergeSpec | None = None
+    alias_renames: AliasRenameSpec | None = None
+    max_deletes: int = Field(default=1000, ge=0)
 
     @model_validator(mode="after")
     def _format(self) -> Integration:
+        if self.kind not in TRACK_KINDS:
+            return self._kind_section()
+        for section in KIND_SECTIONS:
+            if getattr(self, section) is not None:
+                raise ValueError(f"'{section}' belongs to kind '{section}', not '{self.kind}'")
         if self.payload is not None and self.mapping is not None:
             raise ValueError("give 'payload' (the service's sync format) or 'mapping', not both")
         if self.mapping is not None:
             m = self.mapping
-            wanted = {"attributes": bool(m.attributes), "events": m.event is not None,
-                      "purchases": m.purchase is not None}
+            wanted = {"attributes": bool(m.attributes or m.subscription_groups),
+                      "events": m.event is not None, "purchases": m.purchase is not None}
             if not wanted[self.kind]:
-                section = {"attributes": "attributes", "events": "event", "purchases": "purchase"}
-                raise ValueError(f"kind '{self.kind}' needs 'mapping.{section[self.kind]}'")
+                needed = {"attributes": "attributes' or 'mapping.subscription_groups",
+                          "events": "event", "purchases": "purchase"}
+                raise ValueError(f"kind '{self.kind}' needs 'mapping.{needed[self.kind]}'")
+            if m.subscription_groups and self.kind != "attributes":
+                raise ValueError("'mapping.subscription_groups' is for kind 'attributes' only")
         return self
+
+    def _kind_section(self) -> Integration:
+        """A non-track kind: its own section (deletes has defaults), no payload or mapping."""
+        if self.payload is not None or self.mapping is not None:
+            raise ValueError(
+                f"kind '{self.kind}' takes its columns from the '{self.kind}' section, "
+                "not from 'payload' or 'mapping'")
+        for section in KIND_SECTIONS:
+            if section != self.kind and getattr(self, section) is not None:
+                raise ValueError(f"'{section}' belongs to kind '{section}', not '{self.kind}'")
+        if self.kind != "deletes" and getattr(self, self.kind) is None:
+            raise ValueError(f"kind '{self.kind}' needs the '{self.kind}' section")
+        if not self.row_key:
+            problem = self.kind_spec.key_problem()
+            if problem:
+                raise ValueError(
+                    f"kind '{self.kind}' needs 'row_key' here: {problem}; name columns that are "
+                    "never NULL and unique within one cursor value (a NULL cannot order the "
+                    "cursor)")
+        return self
+
+    @property
+    def kind_spec(self) -> KindSpec:
+        """The section of a non-track kind (`deletes` defaults to the service's format)."""
+        if self.kind == "deletes":
+            return self.deletes or DeleteSpec()
+        spec = getattr(self, self.kind, None)
+        if spec is None:
+            raise ValueError(f"kind '{self.kind}' has no section of its own")
+        return spec
 
     @property
     def payload_format(self) -> PayloadFormat | None:
@@ -239,6 +329,8 @@ class Integration(_Frozen):
         """
         if self.row_key:
             return self.row_key
+        if self.kind not in TRACK_KINDS:
+            return self.kind_spec.key_columns()
         if self.kind == "attributes" or self.mapping is not None:
             return self.identifier_columns
         fmt = self.payload_format

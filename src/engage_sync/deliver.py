@@ -72,6 +72,7 @@ class _Send:
     give_up_at: float
     attempts: int = 0
     doubtful: int = 0
+    replay: _Attempt | None = None
 
 
 _RETRYABLE = frozenset({"retry", "in_doubt"})
@@ -81,7 +82,8 @@ class Deliverer:
     """Sends `Request`s through a caller-owned `httpx.Client` (keep-alive, closed by the caller).
 
     `base_url` defaults to the client's. After a ``fatal`` outcome (401, 403) every later
-    `send` returns that outcome at once, without sending: the run must stop.
+    `send` returns a ``fatal`` outcome at once with `attempts` 0, without sending: the run
+    must stop, and those requests were never sent.
     Raises ValueError at construction for an empty key or one unfit for a header.
     """
 
@@ -143,12 +145,24 @@ class Deliverer:
     def send(self, request: Request) -> Delivery:
         """Deliver one request; never raises for HTTP trouble, which becomes the outcome."""
         if self._fatal is not None:
-            return Delivery(self._fatal, attempts=0)
+            not_sent = f"not sent: an earlier request was refused ({self._fatal.reason})"
+            return Delivery(replace(self._fatal, reason=not_sent), attempts=0)
         state = _Send(request, self._budget(request.group), self._clock() + self._deadline)
-        last: _Attempt = self._retrying(self._attempt, state)
+        last = self._attempt(state)
+        if self._retryable(state, last):
+            # The first attempt is made before tenacity, so the common case (answered at once)
+            # pays nothing for it; tenacity replays it as its own first attempt and goes on.
+            state.replay = last
+            last = self._retrying(self._replay_or_attempt, state)
         return Delivery(self._final(state, last.outcome), state.attempts, state.doubtful)
 
     # --- one attempt ------------------------------------------------------------------------
+
+    def _replay_or_attempt(self, state: _Send) -> _Attempt:
+        if state.replay is not None:
+            attempt, state.replay = state.replay, None
+            return attempt
+        return self._attempt(state)
 
     def _attempt(self, state: _Send) -> _Attempt:
         request = state.request
@@ -186,9 +200,9 @@ class Deliverer:
         floor = parse_retry_after(headers, now) or 0.0
         if outcome.status == 429:
             reset = parse_reset(headers, now)
-            if reset is not None:
-                budget.pause_until(reset)  # everyone sharing the budget waits, not just us
-                floor = max(floor, reset - now)
+            floor = max(floor, reset - now) if reset is not None else floor
+            if floor > 0:
+                budget.pause_until(now + floor)  # everyone sharing the budget waits, not just us
         return floor
 
     def _budget(self, group: str) -> RateBudget:
@@ -199,12 +213,14 @@ class Deliverer:
 
     # --- tenacity policy --------------------------------------------------------------------
 
-    def _wants_retry(self, rs: RetryCallState) -> bool:
-        state: _Send = rs.args[0]
-        kind = _last_result(rs).outcome.kind
+    def _retryable(self, state: _Send, attempt: _Attempt) -> bool:
+        kind = attempt.outcome.kind
         if self._fatal is not None:
             return False
         return kind == "retry" or (kind == "in_doubt" and state.request.resend_in_doubt)
+
+    def _wants_retry(self, rs: RetryCallState) -> bool:
+        return self._retryable(rs.args[0], _last_result(rs))
 
     def _wait(self, rs: RetryCallState) -> float:
         return max(self._backoff(rs), _last_result(rs).floor)
@@ -228,7 +244,8 @@ class Deliverer:
         if outcome.kind != "retry" and not gave_up_doubt:
             return outcome
         why = "stopped by a fatal error" if self._fatal is not None else "deadline reached"
-        gave_up = f"gave up after {state.attempts} attempts ({why}): {outcome.reason}"
+        attempts = f"{state.attempts} attempt{'' if state.attempts == 1 else 's'}"
+        gave_up = f"gave up after {attempts} ({why}): {outcome.reason}"
         if gave_up_doubt:
             return replace(outcome, reason=gave_up)
         if state.doubtful:

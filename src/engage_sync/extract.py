@@ -141,6 +141,20 @@ def stream_batches(
         ) from exc
 
 
+def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
+    """How many rows the window holds (the delete cap counts before anything is sent)."""
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+            inner = build_query(spec, resolved, window).order_by(None).subquery("w")
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(inner)) or 0)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
+            f"{_first_line(exc)}"
+        ) from exc
+
+
 def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
     """One value of the cursor column (or None for an empty source), to learn its Python type:
     aware datetime, naive datetime (taken as UTC) or text (SQLite)."""

@@ -1,26 +1,48 @@
 """Prefect flows: parameters in, pipeline call, artifacts out. No SQL, HTTP or business rules.
 
-`sync_integration` syncs one integration file; `sync_folder` syncs every integration of a
-folder, one task each. The flow run fails (so Prefect automations fire) when the run ends in
-`error` or `config_error`, or when the share of failed rows passes the integration's
-`failed_rows_alert_share`; the status record says the same.
+`sync_integration` syncs one integration; `sync_folder` syncs every integration of a folder, one
+task each, identity operations first and deletes last, sharing one set of rate budgets. The
+parameters are typed so the Prefect UI renders them as a form, and a run started from the UI,
+from `prefect deployment run … --param …` or from `engage-sync run` does the same thing.
+
+A flow run fails (so Prefect automations and notifications fire) when the sync ends in `error`
+or `config_error`, or when the share of failed rows passes the integration's
+`failed_rows_alert_share`; the status record's `message` says the same. Each run leaves its
+status record and its rejected rows (keys and reasons, never payload values) as table
+artifacts, then prunes row error records older than the retention age.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
 
-from engage_sync.errors import SyncError
+from engage_sync import retention
+from engage_sync.config import load_integration
+from engage_sync.errors import ConfigError, SyncError
 from engage_sync.pipeline import RunOptions
+from engage_sync.ratelimit import RateBudgets
 from engage_sync.runner import open_state, sync_file
+from engage_sync.state import StateStore
+from engage_sync.status import run_errors
 
 Mode = Literal["incremental", "backfill", "full_resync"]
+
+# The order `sync_folder` runs kinds in: identities settle before data lands on them, deletes
+# come last so nothing re-creates a deleted user. Kinds not listed run after purchases.
+KIND_ORDER = ("identify", "merges", "alias_renames", "subscriptions", "attributes", "events",
+              "purchases")
+LAST_KINDS = ("deletes",)
+ARTIFACT_ROWS = 1000
 
 
 class SyncAlert(RuntimeError):
@@ -28,15 +50,56 @@ class SyncAlert(RuntimeError):
 
 
 def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:
+    """Why a finished run needs attention, or None."""
     status = record.get("job_status")
     if status in ("error", "config_error"):
-        return f"sync ended in {status}: {record.get('message', 'see the run logs')}"
+        return f"sync ended in {status}: {record.get('message') or 'see the run logs'}"
     read = record.get("rows_read") or 0
     failed = record.get("rows_failed_with_errors", 0)
     if threshold is not None and read and failed / read > threshold:
         return (f"{failed} of {read} rows failed ({failed / read:.1%}), above the alert "
-                f"threshold of {threshold:.1%}")
+                f"threshold failed_rows_alert_share = {threshold:.1%}")
     return None
+
+
+def resolve_integration(name_or_path: str, config_dir: str | None = None) -> Path:
+    """An integration file path, or a name looked up as `<config dir>/<name>.yaml`."""
+    import os
+
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    folder = config_dir or os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config")
+    candidate = Path(folder) / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        raise ConfigError(
+            f"no integration '{name_or_path}': give a file path or a name with a file "
+            f"{candidate} (the folder is --config-dir / config_dir or ENGAGE_SYNC_CONFIG_DIR)")
+    return candidate
+
+
+def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
+                resend_events: bool) -> RunOptions:
+    """Flow parameters → RunOptions. Naive datetimes are UTC. Raises ConfigError when start or
+    end is given outside a backfill, or when start is after end."""
+    start, end = as_utc(start), as_utc(end)
+    if (start or end) and mode != "backfill":
+        raise ConfigError(f"start and end apply to mode 'backfill' only, not '{mode}'")
+    if start and end and start > end:
+        raise ConfigError(f"start {start.isoformat()} is after end {end.isoformat()}")
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    kwargs: dict[str, Any] = {"mode": mode, "dry_run": dry_run, "start": start, "end": end}
+    if "resend_events" in fields:
+        kwargs["resend_events"] = resend_events
+    elif resend_events:
+        raise ConfigError("this version of the pipeline cannot resend events (resend_events)")
+    return RunOptions(**kwargs)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
 
 
 def _progress_logger() -> Any:
@@ -52,89 +115,188 @@ def _progress_logger() -> Any:
     return report
 
 
-def _artifacts(name: str, record: dict[str, Any], state_url: str | None) -> None:
-    key = "".join(c if c.isalnum() else "-" for c in name.lower())
+def _artifact_key(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower())
+
+
+def _artifacts(name: str, record: dict[str, Any], store: StateStore) -> None:
+    key = _artifact_key(name)
     create_table_artifact(table=[record], key=f"sync-status-{key}",
                           description=f"engage-sync status record of {name}")
-    store = open_state(state_url)
-    errors = [{"kind": e["kind"], "row_key": e["row_key"], "reason": e["reason"]}
-              for e in store.errors(name, limit=500)]
+    errors = run_errors(store, record["run_id"], limit=ARTIFACT_ROWS) if "run_id" in record else []
     if errors:
-        create_table_artifact(table=errors, key=f"sync-rejects-{key}",
-                              description=f"rejected and failed rows of {name} (keys, reasons)")
+        more = record.get("rows_failed_with_errors", 0) + record.get("rows_in_doubt", 0)
+        note = f" (first {ARTIFACT_ROWS} of {more})" if more > len(errors) else ""
+        create_table_artifact(
+            table=errors, key=f"sync-rejects-{key}",
+            description=f"rejected, failed and in-doubt rows of {name}: keys and reasons{note}; "
+                        f"`engage-sync errors {name}` lists them")
 
 
-def run_one(path: str, mode: Mode, start: datetime | None, end: datetime | None,
-            dry_run: bool, state_url: str | None) -> dict[str, Any]:
+def _prune(store: StateStore) -> None:
+    try:
+        retention.prune(store)
+    except Exception as exc:  # pruning never fails a sync
+        logging.getLogger("engage_sync.flows").warning("pruning row errors failed: %s", exc)
+
+
+def run_one(integration: str, mode: Mode = "incremental", start: datetime | None = None,
+            end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
+            config_dir: str | None = None, state_url: str | None = None,
+            budgets: RateBudgets | None = None) -> dict[str, Any]:
+    """One integration inside a flow or task run: the status record, or a dry run's summary.
+    Raises SyncAlert when the run needs attention."""
     logger = get_run_logger()
-    options = RunOptions(mode=mode, dry_run=dry_run, start=start, end=end)
     store = open_state(state_url)
     try:
-        outcome = sync_file(path, options=options, store=store, on_progress=_progress_logger())
+        options = run_options(mode, start, end, dry_run, resend_events)
+        path = resolve_integration(integration, config_dir)
+        outcome = sync_file(path, options=options, store=store, budgets=budgets,
+                            on_progress=_progress_logger())
     except SyncError as exc:
         raise SyncAlert(str(exc)) from exc
     if outcome.dry_run is not None:
         d = outcome.dry_run
-        logger.info("dry run: %s rows, %s requests, %s rejects", d.rows, d.requests,
-                    len(d.rejects))
+        logger.info("dry run of %s: %s rows, %s requests, %s rejects", outcome.integration,
+                    d.rows, d.requests, len(d.rejects))
         return {"integration": outcome.integration, "dry_run": True, "rows": d.rows,
                 "requests": d.requests, "rejects": [list(r) for r in d.rejects[:100]],
                 "sample": [b.decode() for b in d.sample]}
-    record = outcome.record or {}
-    _artifacts(outcome.integration, record, state_url)
-    from engage_sync.config import load_integration
-
+    record = dict(outcome.record or {})
     reason = alert_reason(record, load_integration(path).failed_rows_alert_share)
+    if reason and not record.get("message") and "run_id" in record:
+        # the status record says why, as the flow run does (finish_run keeps the counts)
+        store.finish_run(record["run_id"], record["job_status"], message=reason)
+        record["message"] = reason
+    _artifacts(outcome.integration, record, store)
+    _prune(store)
     if reason:
         raise SyncAlert(f"integration {outcome.integration}: {reason}")
     logger.info("integration %s: %s", outcome.integration, record)
     return record
 
 
-@flow(name="engage-sync", log_prints=True)
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    name = Path(str(params.get("integration") or params.get("folder") or "sync")).stem
+    return f"{name}-{params.get('mode', 'incremental')}"
+
+
+@flow(name="engage-sync", log_prints=True, flow_run_name=_run_name)
 def sync_integration(
     integration: str,
     mode: Mode = "incremental",
     start: datetime | None = None,
     end: datetime | None = None,
     dry_run: bool = False,
+    resend_events: bool = False,
+    config_dir: str | None = None,
     state_url: str | None = None,
 ) -> dict[str, Any]:
-    """Sync one integration file (path) and return its status record."""
-    return run_one(integration, mode, start, end, dry_run, state_url)
+    """Sync one integration and return its status record.
+
+    Args:
+        integration: Integration file path, or its name in the config folder.
+        mode: incremental (from the stored cursor), backfill (rows with start <= UPDATED_AT <=
+            end, sent with the bulk header; the cursor does not move) or full_resync (all rows).
+        start: Backfill only: first UPDATED_AT included (UTC when no zone is given).
+        end: Backfill only: last UPDATED_AT included (default: now minus the settle lag).
+        dry_run: Read, validate and batch; send and record nothing.
+        resend_events: Backfill only: send events and purchases again even when the
+            incremental sync already delivered them.
+        config_dir: Folder of integration files (default ENGAGE_SYNC_CONFIG_DIR or ./config).
+        state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
+    """
+    return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
+                   state_url)
 
 
-@task(name="sync-integration", retries=0)
-def sync_task(path: str, mode: Mode, dry_run: bool, state_url: str | None) -> dict[str, Any]:
-    return run_one(path, mode, None, None, dry_run, state_url)
+@task(name="sync-integration", retries=0, cache_policy=NO_CACHE,
+      task_run_name="{integration}")
+def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetime | None,
+              dry_run: bool, resend_events: bool, state_url: str | None,
+              budgets: RateBudgets) -> dict[str, Any]:
+    return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
+                   budgets)
 
 
-@flow(name="engage-sync-folder", log_prints=True)
-def sync_folder(folder: str = "config", mode: Mode = "incremental", dry_run: bool = False,
-                state_url: str | None = None) -> dict[str, Any]:
-    """Sync every integration file of a folder, one task each, in file-name order."""
+def kind_of(path: Path) -> str:
+    """The `kind` key of an integration file, read without validating the rest ('' if none)."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return ""
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def ordered(paths: list[Path]) -> list[Path]:
+    """Integration files in the order their kinds must run: KIND_ORDER, then kinds not listed
+    (and unreadable files), then LAST_KINDS; by file name within a kind."""
+    def rank(path: Path) -> tuple[int, str]:
+        kind = kind_of(path)
+        if kind in KIND_ORDER:
+            return KIND_ORDER.index(kind), path.name
+        if kind in LAST_KINDS:
+            return len(KIND_ORDER) + 1 + LAST_KINDS.index(kind), path.name
+        return len(KIND_ORDER), path.name
+
+    return sorted(paths, key=rank)
+
+
+@flow(name="engage-sync-folder", log_prints=True, flow_run_name=_run_name)
+def sync_folder(
+    folder: str = "config",
+    mode: Mode = "incremental",
+    start: datetime | None = None,
+    end: datetime | None = None,
+    dry_run: bool = False,
+    resend_events: bool = False,
+    state_url: str | None = None,
+) -> dict[str, Any]:
+    """Sync every integration file of a folder: identify, merges, alias renames, subscriptions,
+    attributes, events, purchases, then deletes; all share one set of rate budgets.
+
+    Args:
+        folder: Folder of integration files (files starting with '_' are skipped).
+        mode: incremental, backfill (with start / end) or full_resync, for every integration.
+        start: Backfill only: first UPDATED_AT included.
+        end: Backfill only: last UPDATED_AT included.
+        dry_run: Read, validate and batch; send and record nothing.
+        resend_events: Backfill only: send again events the incremental sync delivered.
+        state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
+    """
     from engage_sync.config import integration_files
 
+    budgets = RateBudgets()
     results: dict[str, Any] = {}
     failures = []
-    for path in integration_files(folder):
+    for path in ordered(integration_files(folder)):
         try:
-            results[Path(path).stem] = sync_task(str(path), mode, dry_run, state_url)
+            results[path.stem] = sync_task(str(path), mode, start, end, dry_run, resend_events,
+                                           state_url, budgets)
         except Exception as exc:
-            failures.append(f"{Path(path).stem}: {exc}")
+            failures.append(f"{path.stem}: {exc}")
     if failures:
         raise SyncAlert("; ".join(failures))
     return results
 
 
-def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", dry_run: bool = False,
-                        state_url: str | None = None, use_prefect: bool = True) -> Any:
+def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetime | None = None,
+                        end: datetime | None = None, dry_run: bool = False,
+                        resend_events: bool = False, state_url: str | None = None,
+                        use_prefect: bool = True) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
-        return sync_integration(path, mode=mode, dry_run=dry_run, state_url=state_url)
-    outcome = sync_file(path, options=RunOptions(mode=mode, dry_run=dry_run),
-                        store=open_state(state_url))
+        return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
+                                resend_events=resend_events, state_url=state_url)
+    store = open_state(state_url)
+    outcome = sync_file(path, options=run_options(mode, start, end, dry_run, resend_events),
+                        store=store)
     if outcome.dry_run is not None:
         d = outcome.dry_run
         return {"rows": d.rows, "requests": d.requests, "rejects": d.rejects}
+    retention.prune(store)
     return outcome.record

@@ -26,8 +26,15 @@ from engage_sync import kinds
 from engage_sync.batching import Batch, Packer, TrackLimits, TrackPacker
 from engage_sync.config import Integration
 from engage_sync.deliver import Deliverer
-from engage_sync.errors import ConfigError, SyncError
-from engage_sync.extract import Cursor, SourceSpec, Window, sample_cursor, stream_batches
+from engage_sync.errors import ConfigError, RunRefused, SyncError
+from engage_sync.extract import (
+    Cursor,
+    SourceSpec,
+    Window,
+    count_rows,
+    sample_cursor,
+    stream_batches,
+)
 from engage_sync.model import Item
 from engage_sync.ranges import Ranges
 from engage_sync.ratelimit import RateBudgets
@@ -225,6 +232,20 @@ class _Run:
             return Window(start=None, signpost=signpost, floor=floor)
         return Window(start=start, signpost=signpost)
 
+    def _check_delete_cap(self, window: Window) -> None:
+        """Deletes are irreversible: refuse a run above `max_deletes` before sending anything,
+        unless the run allows at least that many (`allow_deletes`)."""
+        if self.i.kind != "deletes":
+            return
+        cap = int(getattr(self.i, "max_deletes", 1000))
+        rows = count_rows(self.deps.engine, self.spec, window)
+        allowed = max(cap, self.options.allow_deletes or 0)
+        if rows > allowed:
+            raise RunRefused(
+                f"integration {self.i.name}: this run would delete {rows} users, more than "
+                f"max_deletes ({cap}); nothing was sent. Check the source, then raise "
+                f"max_deletes or rerun with --allow-deletes {rows}")
+
     def _before(self, sample: Any = None) -> Any:
         end = self.options.end if self.options.mode == "backfill" else None
         if end is None:
@@ -239,6 +260,7 @@ class _Run:
         run_id, window, done = self._window()
         self.run_id = run_id
         try:
+            self._check_delete_cap(window)
             self._stream(window, done)
         except SyncError as exc:
             state.finish_run(run_id, "config_error" if isinstance(exc, ConfigError) else "error",

@@ -2,9 +2,10 @@
 
 A record holds exactly the service's fields (job_status, sync_start_time, sync_finish_time,
 last_timestamp_synced, rows_synced, rows_failed_with_errors) plus engage-sync's own counts
-(rows_read, rows_rejected, rows_in_doubt). Pages hold 10 records, newest first; the cursor is
-the run sequence number of the first record of a page, base64-encoded, so pages stay stable while
-new runs are added.
+(rows_read, rows_rejected, rows_in_doubt, mode, run_id, message). Pages hold 10 records, newest
+first; the cursor is the run sequence number of the first record of a page, base64-encoded, so
+pages stay stable while new runs are added. Reads the state tables directly (the status part may
+use SQLAlchemy); never decides control flow.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
+
+from engage_sync import state
 from engage_sync.state import StateStore
 
 PAGE_SIZE = 10
@@ -58,21 +62,24 @@ def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
         rec["rows_rejected"] = int(run["rows_rejected"])
         rec["rows_in_doubt"] = int(run["rows_in_doubt"])
         rec["mode"] = run["mode"]
+        rec["run_id"] = run["run_id"]
         if run.get("message"):
             rec["message"] = run["message"]
     return rec
 
 
-def encode_page_cursor(position: int) -> str:
-    return base64.urlsafe_b64encode(f"r{position}".encode()).decode().rstrip("=")
+def encode_page_cursor(seq: int) -> str:
+    """The cursor of the page whose first (newest) record is run `seq`."""
+    return base64.urlsafe_b64encode(f"s{seq}".encode()).decode().rstrip("=")
 
 
 def decode_page_cursor(cursor: str) -> int:
+    """The run seq a cursor names; raises InvalidCursor for anything this module did not make."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise InvalidCursor(cursor) from exc
-    if not text.startswith("r") or not text[1:].isdigit():
+    if not text.startswith("s") or not text[1:].isdigit() or len(text) > 12:
         raise InvalidCursor(cursor)
     return int(text[1:])
 
@@ -96,24 +103,73 @@ class StatusPage:
         return ", ".join(links) or None
 
 
+def _seqs(store: StateStore, integration: str, *, at_most: int | None = None,
+          above: int | None = None, limit: int) -> list[int]:
+    """Run seqs of an integration: newest first at or below `at_most`, or oldest first above
+    `above`."""
+    runs = state.runs
+    query = sa.select(runs.c.seq).where(runs.c.integration == integration)
+    if above is not None:
+        query = query.where(runs.c.seq > above).order_by(runs.c.seq.asc())
+    else:
+        if at_most is not None:
+            query = query.where(runs.c.seq <= at_most)
+        query = query.order_by(runs.c.seq.desc())
+    with store.engine.connect() as conn:
+        return [int(s) for s in conn.scalars(query.limit(limit))]
+
+
 def page(store: StateStore, integration: str, cursor: str | None,
          *, extended: bool = True) -> StatusPage:
     """One page of 10 records, newest first. The Link rules of the service: no links when 10 or
-    fewer records exist; no prev on a call without cursor; no next on the last page."""
-    total = store.count_runs(integration)
-    offset = 0
+    fewer records exist; no prev on a call without cursor (nor on the newest page); no next on
+    the last page.
+
+    A cursor names the run seq that starts its page, so a page shows the same records however
+    many runs were added since the cursor was handed out. Raises InvalidCursor for a cursor that
+    does not decode or names no run of this integration."""
+    top: int | None = None
     if cursor is not None:
-        offset = decode_page_cursor(cursor)
-        if offset < 0 or offset >= max(total, 1) or offset % PAGE_SIZE:
+        top = decode_page_cursor(cursor)
+        if _seqs(store, integration, at_most=top, limit=1) != [top]:
             raise InvalidCursor(cursor)
-    rows = store.runs_newest_first(integration, offset, PAGE_SIZE)
-    results = [record(r, extended=extended) for r in rows]
-    if total <= PAGE_SIZE:
+    seqs = _seqs(store, integration, at_most=top, limit=PAGE_SIZE + 1)
+    shown = seqs[:PAGE_SIZE]
+    results = [record(r, extended=extended) for r in _runs(store, integration, shown)]
+    if store.count_runs(integration) <= PAGE_SIZE:
         return StatusPage(results, None, None)
-    prev_cursor = (
-        encode_page_cursor(offset - PAGE_SIZE) if cursor is not None and offset > 0 else None
-    )
-    next_cursor = (
-        encode_page_cursor(offset + PAGE_SIZE) if offset + PAGE_SIZE < total else None
-    )
+    next_cursor = encode_page_cursor(seqs[PAGE_SIZE]) if len(seqs) > PAGE_SIZE else None
+    prev_cursor = None
+    if top is not None:
+        newer = _seqs(store, integration, above=top, limit=PAGE_SIZE)
+        if newer:
+            prev_cursor = encode_page_cursor(newer[-1])
     return StatusPage(results, prev_cursor, next_cursor)
+
+
+def _runs(store: StateStore, integration: str, seqs: list[int]) -> list[dict[str, Any]]:
+    if not seqs:
+        return []
+    runs = state.runs
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(runs).where(runs.c.integration == integration, runs.c.seq.in_(seqs))
+            .order_by(runs.c.seq.desc())
+        ).mappings().all()
+    return [dict(r) for r in rows]
+
+
+def run_errors(store: StateStore, run_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+    """Rejected, failed and in-doubt rows of one run: kind, row key and reason (no payload)."""
+    errs = state.row_errors
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(errs.c.kind, errs.c.row_key, errs.c.reason)
+            .where(errs.c.run_id == run_id).order_by(errs.c.kind, errs.c.position).limit(limit)
+        ).mappings().all()
+    return [dict(r) for r in rows]
+
+
+def integration_known(store: StateStore, integration: str) -> bool:
+    """Whether the state database holds any run of this integration."""
+    return store.count_runs(integration) > 0

@@ -11,7 +11,8 @@ timestamps → ISO 8601 in UTC with `Z` (naive means UTC), dates → ISO dates, 
 A column named in the integration but missing from the batch raises `SourceError`.
 
 Nulls: an SQL NULL attribute is sent as JSON null (unset); a null event or purchase property
-(SQL NULL or JSON null) means the property is absent and is left out.
+(SQL NULL or JSON null) means the property is absent and is left out; a NULL state of a
+`mapping.subscription_groups` entry leaves that group out of the row's `subscription_groups`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from engage_sync import validate as v
 from engage_sync.config import EventMapping, Integration, PurchaseMapping
 from engage_sync.errors import SourceError
 from engage_sync.model import Item, Reject, TransformResult, key_part
+from engage_sync.subscriptions import track_groups
 
 # A row's user reference: (field of the object, its JSON value, canonical user string).
 Ref = tuple[str, Any, str]
@@ -310,15 +312,21 @@ def _attributes(
         return
     assert integration.mapping is not None
     mapped = integration.mapping.attributes
+    groups = integration.mapping.subscription_groups
+    if groups:
+        reserved |= {"subscription_groups"}
     names = list(mapped.values())
     static = v.check_attribute_count(len(names)) or next(
         (p for p in (v.check_attribute_name(n, reserved) for n in names) if p), None
     )
     columns = [cols.ready(c) for c in mapped]
     bad = _bad_attribute_values(cols, mapped)
+    entries = track_groups(groups, cols.raw, len(refs)) if groups else None
     for i, row in enumerate(zip(*columns, strict=True) if columns else [()] * len(refs)):
         ref = refs[i]
-        problem = ref if isinstance(ref, str) else static or bad.get(i)
+        sub = entries[i] if entries is not None else None
+        problem = ref if isinstance(ref, str) else static or bad.get(i) or (
+            sub if isinstance(sub, str) else None)
         if problem is not None:
             sink.reject(i, problem)
             continue
@@ -326,6 +334,8 @@ def _attributes(
         field, value, user = ref
         obj = {field: value}
         obj.update(zip(names, row, strict=True))
+        if sub:
+            obj["subscription_groups"] = sub
         if flag is not None:
             obj["_update_existing_only"] = flag
         sink.item(i, user, obj)

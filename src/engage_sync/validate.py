@@ -294,3 +294,35 @@ def check_blob_size(size: int, max_body_bytes: int) -> str | None:
     if size > limit:
         return f"the object is larger than {limit} bytes and cannot fit in a request"
     return None
+
+
+# --- subscriptions and identity operations ---------------------------------------------------
+
+SUBSCRIPTION_STATES = ("subscribed", "unsubscribed")
+PRIORITIES = ("identified", "unidentified", "most_recently_updated")
+MAX_GROUP_ID_LENGTH = 255  # a generous bound: ids are UUIDs in practice
+
+
+def check_subscription_state(value: object, field: str = "subscription_state") -> str | None:
+    """Exactly 'subscribed' or 'unsubscribed' (case and spaces matter to the service)."""
+    if value not in SUBSCRIPTION_STATES:
+        return f"{field} must be 'subscribed' or 'unsubscribed'"
+    return None
+
+
+def check_group_id(value: object, field: str = "subscription_group_id") -> str | None:
+    """A non-empty string of at most MAX_GROUP_ID_LENGTH characters."""
+    return _string_problem(value, field, MAX_GROUP_ID_LENGTH)
+
+
+def check_prioritization(value: object, field: str = "prioritization") -> str | None:
+    """A non-empty sequence of PRIORITIES, none twice, at most one of identified/unidentified."""
+    if not isinstance(value, list | tuple) or not value:
+        return f"{field} must list at least one value"
+    if any(v not in PRIORITIES for v in value):
+        return f"{field} holds a value other than identified, unidentified, most_recently_updated"
+    if len(set(value)) != len(value):
+        return f"{field} lists a value twice"
+    if "identified" in value and "unidentified" in value:
+        return f"{field} may hold at most one of 'identified' and 'unidentified'"
+    return None
