@@ -325,27 +325,9 @@ class StateStore:
     # lookback acks ---------------------------------------------------------------------------
     def _insert_acks(self, conn: Connection, integration: str,
                      rows: Sequence[tuple[str, str, str]]) -> None:
-        if not rows:
-            return
         values = [{"integration": integration, "row_key": k, "stamp": s, "digest": d}
                   for k, s, d in rows]
-        dialect = conn.dialect.name
-        if dialect == "postgresql":
-            stmt = postgresql.insert(acks)
-            conn.execute(stmt.on_conflict_do_update(
-                index_elements=["integration", "row_key", "stamp"],
-                set_={"digest": stmt.excluded.digest}), values)
-        elif dialect == "sqlite":
-            stmt_l = sqlite.insert(acks)
-            conn.execute(stmt_l.on_conflict_do_update(
-                index_elements=["integration", "row_key", "stamp"],
-                set_={"digest": stmt_l.excluded.digest}), values)
-        else:
-            for v in values:
-                conn.execute(acks.delete().where(
-                    acks.c.integration == integration, acks.c.row_key == v["row_key"],
-                    acks.c.stamp == v["stamp"]))
-                conn.execute(acks.insert().values(**v))
+        _upsert(conn, acks, values, update=("digest",))
 
     def record_acks(self, integration: str, rows: Sequence[tuple[str, str, str]]) -> None:
         with self.engine.begin() as conn:
@@ -427,24 +409,11 @@ class StateStore:
 
     def _insert_errors(self, conn: Connection, run_id: str, integration: str, kind: str,
                        rows: list[tuple[str, str, str]]) -> None:
-        if not rows:
-            return
         now = _now()
         values = [{"run_id": run_id, "position": pos, "row_key": key, "kind": kind,
                    "integration": integration, "reason": reason[:1000], "recorded_at": now}
                   for pos, key, reason in rows]
-        dialect = conn.dialect.name
-        if dialect == "postgresql":
-            conn.execute(postgresql.insert(row_errors).on_conflict_do_nothing(), values)
-        elif dialect == "sqlite":
-            conn.execute(sqlite.insert(row_errors).on_conflict_do_nothing(), values)
-        else:
-            for value in values:
-                exists = conn.scalar(sa.select(sa.func.count()).select_from(row_errors).where(
-                    row_errors.c.run_id == run_id, row_errors.c.position == value["position"],
-                    row_errors.c.kind == kind))
-                if not exists:
-                    conn.execute(row_errors.insert().values(**value))
+        _upsert(conn, row_errors, values)
 
     def counts(self, run_id: str) -> RunCounts:
         with self.engine.connect() as conn:
@@ -484,6 +453,32 @@ class StateStore:
         with self.engine.connect() as conn:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
                                    .where(runs.c.integration == integration)) or 0)
+
+
+def _upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
+            update: Sequence[str] = ()) -> None:
+    """Insert rows; on a primary-key clash update the `update` columns (or keep the old row).
+    Native ON CONFLICT on PostgreSQL and SQLite, delete-then-insert elsewhere."""
+    if not values:
+        return
+    keys = [c.name for c in table.primary_key.columns]
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+        if update:
+            stmt = insert.on_conflict_do_update(
+                index_elements=keys, set_={c: insert.excluded[c] for c in update})
+        else:
+            stmt = insert.on_conflict_do_nothing(index_elements=keys)
+        conn.execute(stmt, values)
+        return
+    for value in values:
+        match = [table.c[k] == value[k] for k in keys]
+        if update:
+            conn.execute(table.delete().where(*match))
+        elif conn.scalar(sa.select(sa.func.count()).select_from(table).where(*match)):
+            continue
+        conn.execute(table.insert().values(**value))
 
 
 def _iso(value: Any) -> str:
