@@ -37,9 +37,11 @@ logger = logging.getLogger(__name__)
 
 
 class DeliveryLog(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes delivery lines with `[integration]` when the context names one."""
+    """Prefixes delivery lines with `[integration]` when the context names one, and attaches
+    the context to each record (`extra`) for structured handlers."""
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        kwargs.setdefault("extra", self.extra)
         name = self.extra.get("integration") if self.extra else None
         return (f"[{name}] {msg}" if name else msg), kwargs
 

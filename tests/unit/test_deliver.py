@@ -134,12 +134,13 @@ def test_429_waits_for_the_reset_then_succeeds(deliverer: Factory) -> None:
     assert script.seen[1][0] >= 7.0  # the second attempt left at or after the reset
 
 
-def test_a_429_pauses_every_sender_of_the_group(deliverer: Factory) -> None:
+@pytest.mark.parametrize("header", ["X_RateLimit_Reset", "Retry_After"])
+def test_a_429_pauses_every_sender_of_the_group(deliverer: Factory, header: str) -> None:
     clock = FakeClock()
     budgets = RateBudgets(clock=clock.monotonic, wall=clock.time, sleep=clock.sleep)
-    reset = str(int(clock.time()) + 30)
+    value = str(int(clock.time()) + 30) if header == "X_RateLimit_Reset" else "30"
     # The first integration gives up at once: waiting for the reset would pass its deadline.
-    first, _, _ = deliverer(reply(429, X_RateLimit_Reset=reset), deadline=5.0, clock=clock,
+    first, _, _ = deliverer(reply(429, **{header: value}), deadline=5.0, clock=clock,
                             budgets=budgets)
     second, script, _ = deliverer(OK, clock=clock, budgets=budgets)
     gave_up = first.send(make_request())
@@ -190,6 +191,7 @@ def test_401_is_fatal_and_stops_every_later_send(deliverer: Factory) -> None:
     assert (first.outcome.kind, first.attempts) == ("fatal", 1)
     later = d.send(make_request())
     assert (later.outcome.kind, later.attempts) == ("fatal", 0)
+    assert later.outcome.reason.startswith("not sent: an earlier request was refused (401")
     assert len(script.seen) == 1
     assert d.fatal == first.outcome
 
@@ -235,6 +237,16 @@ def test_deadline_keeps_an_in_doubt_request_in_doubt(deliverer: Factory) -> None
     assert result.outcome.kind == "in_doubt"  # the first attempt may have been processed
     assert result.outcome.status == 503
     assert "may have been processed" in result.outcome.reason
+
+
+def test_an_answer_never_given_is_retried_until_the_deadline_then_stays_in_doubt(
+    deliverer: Factory,
+) -> None:
+    d, script, _ = deliverer(reply(500), deadline=20.0)
+    result = d.send(make_request(resend_in_doubt=True))
+    assert result.outcome.kind == "in_doubt"
+    assert result.attempts == result.doubtful_attempts == len(script.seen) > 1
+    assert result.outcome.reason.startswith(f"gave up after {result.attempts} attempts")
 
 
 def test_backoff_grows(deliverer: Factory) -> None:
