@@ -90,6 +90,11 @@ class DryRun:
     sample: list[bytes] = field(default_factory=list)
 
 
+RATE_GROUP_OF_KIND = {"attributes": "users_track", "events": "users_track",
+                      "purchases": "users_track", "subscriptions": "subscription"}
+"""The service's rate-limit group of each kind; identity operations share "identity"."""
+
+
 def source_spec(integration: Integration) -> SourceSpec:
     cols = [integration.cursor_column, *integration.key_columns, *data_columns(integration)]
     return SourceSpec(
@@ -402,6 +407,12 @@ class _Run:
 
     def _sender(self, progress: Progress) -> Sender:
         service = self.i.service
+        if "rate_limit" in service.model_fields_set:
+            # an explicit rate tightens the budget shared by every run of this process
+            self.deps.budgets.budget(
+                service.base_url, RATE_GROUP_OF_KIND.get(self.i.kind, "identity"),
+                requests=service.rate_limit.requests,
+                per_seconds=service.rate_limit.per_seconds)
         deliverer = Deliverer(
             client=self.deps.client, api_key=self.deps.api_key, budgets=self.deps.budgets,
             base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,

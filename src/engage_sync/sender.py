@@ -81,6 +81,13 @@ class Progress:
         return self.position if moved else None
 
 
+def _never_sent(future: Future[Any]) -> bool:
+    if future.exception() is not None:
+        return False
+    delivery = future.result()
+    return bool(delivery.outcome.kind == "fatal" and delivery.attempts == 0)
+
+
 class FatalStop(SyncError):
     """The service refused the credentials or permissions: the run stops."""
 
@@ -177,6 +184,11 @@ class Sender:
                 self.users[u] -= 1
                 if not self.users[u]:
                     del self.users[u]
+            if _never_sent(future):
+                # refused before leaving, after an earlier 401/403: not settled, so the cursor
+                # stops before it and the next run sends it
+                self.fatal = self.fatal or future.result().outcome.reason
+                continue
             self.unsaved.append((segment, self._settlement(segment, future)))
             segment.settled = True
         if len(self.unsaved) >= self.group:
