@@ -1,15 +1,15 @@
 """`engage-sync backfill`: re-send the rows whose cursor falls in a range, one flow run per chunk.
 
 Invariants:
-- the range [start, end] is cut into chunks that neither overlap nor leave a gap: each chunk is
-  `start <= UPDATED_AT <= end` with its end one microsecond before the next chunk's start;
+- the range [start, end) is cut into chunks that neither overlap nor leave a gap: each chunk is
+  `start <= UPDATED_AT < end`, its end the next chunk's start (the pipeline reads a backfill's
+  range half-open);
 - each chunk is one flow run of a deployment, created with an idempotency key made of the
   integration, the chunk bounds and a hash of the options, so a repeated command creates no run
   for a chunk that has one: it waits for it, or inspects how it ended;
-- chunks run one after another (two backfill runs of one integration never overlap), so an
-  interrupted backfill resumes at its first chunk not completed: a crashed or cancelled chunk
-  run is set back to Scheduled (the same run, not a new one) and the pipeline resumes its
-  window from the state database;
+- chunks run one after another, so an interrupted backfill resumes at its first chunk not
+  completed: a crashed or cancelled chunk run is set back to Scheduled (the same run, not a new
+  one) and the pipeline resumes that range's unfinished run from the state database;
 - the pipeline runs a chunk with mode `backfill`: bulk header set, the incremental cursor never
   moved, events already acknowledged not sent again unless `resend_events`.
 Executing the runs is the deployment's job (`deployments/serve.py` or a worker); this module
@@ -31,7 +31,7 @@ from uuid import UUID
 from engage_sync.config import parse_duration
 from engage_sync.errors import ConfigError, SyncError
 
-TICK = timedelta(microseconds=1)
+MAX_CHUNKS = 10_000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 TERMINAL_OK = "COMPLETED"
 RESCHEDULE = ("CRASHED", "CANCELLED")
@@ -39,22 +39,23 @@ RESCHEDULE = ("CRASHED", "CANCELLED")
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Rows with start <= UPDATED_AT <= end (both UTC)."""
+    """Rows with start <= UPDATED_AT < end (both UTC)."""
 
     start: datetime
     end: datetime
 
     def label(self) -> str:
-        return f"{self.start.isoformat()} .. {self.end.isoformat()}"
+        return f"[{self.start.isoformat()}, {self.end.isoformat()})"
 
 
 def parse_bound(text: str, *, is_end: bool) -> datetime:
-    """'2024-01-01' or an ISO datetime → an aware UTC datetime. A date-only end means the end of
-    that day (the range is inclusive of it); naive datetimes are UTC. Raises ConfigError."""
+    """'2024-01-01' or an ISO datetime → an aware UTC datetime. The range is half-open, so an end
+    given as a date means the next midnight (the whole day is included) and an end given as a
+    datetime is excluded; naive datetimes are UTC. Raises ConfigError."""
     try:
         if _DATE.match(text):
             day = datetime.combine(date.fromisoformat(text), datetime.min.time(), tzinfo=UTC)
-            return day + timedelta(days=1) - TICK if is_end else day
+            return day + timedelta(days=1) if is_end else day
         value = datetime.fromisoformat(text)
     except ValueError as exc:
         raise ConfigError(f"{text!r} is not a date (2024-01-31) or datetime "
@@ -63,21 +64,17 @@ def parse_bound(text: str, *, is_end: bool) -> datetime:
 
 
 def plan(start: datetime, end: datetime, chunk: timedelta | str) -> list[Chunk]:
-    """The chunks covering [start, end], each at most `chunk` long. Raises ConfigError."""
+    """The chunks covering [start, end), each at most `chunk` long. Raises ConfigError."""
     size = parse_duration(chunk) if isinstance(chunk, str) else chunk
     if size < timedelta(seconds=1):
         raise ConfigError(f"chunk {chunk!r} is too small; use at least 1s (e.g. 1h, 1d, 7d)")
-    if end < start:
-        raise ConfigError(f"--end {end.isoformat()} is before --start {start.isoformat()}")
-    chunks = []
-    at = start
-    while at <= end:
-        stop = min(at + size - TICK, end)
-        chunks.append(Chunk(at, stop))
-        at = stop + TICK
-    if len(chunks) > 10_000:
-        raise ConfigError(f"{len(chunks)} chunks is too many; choose a larger --chunk")
-    return chunks
+    if end <= start:
+        raise ConfigError(f"--end {end.isoformat()} is not after --start {start.isoformat()}")
+    count = -(-(end - start) // size)  # ceiling division of timedeltas
+    if count > MAX_CHUNKS:
+        raise ConfigError(f"{count} chunks is too many (at most {MAX_CHUNKS}); choose a larger "
+                          f"--chunk")
+    return [Chunk(start + k * size, min(start + (k + 1) * size, end)) for k in range(count)]
 
 
 def options_hash(resend_events: bool, label: str | None) -> str:
@@ -165,11 +162,19 @@ def _existing_runs(client: Any, deployment_id: UUID, tag: str) -> dict[str, Any]
         FlowRunFilter,
         FlowRunFilterTags,
     )
+    from prefect.client.schemas.sorting import FlowRunSort
 
-    runs = client.read_flow_runs(
-        flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])),
-        deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])))
-    return {r.idempotency_key: r for r in runs if r.idempotency_key}
+    found: dict[str, Any] = {}
+    offset = 0
+    while True:  # limit and sort must be given: this server refuses nulls (422)
+        runs = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])),
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200, offset=offset)
+        found.update((r.idempotency_key, r) for r in runs if r.idempotency_key)
+        if len(runs) < 200:
+            return found
+        offset += len(runs)
 
 
 def run_backfill(
@@ -259,10 +264,12 @@ def _stop_reason(result: ChunkResult) -> str:
     return f"{why}; run the same command again to resume{hint}"
 
 
-def dry_run(path: str, chunks: list[Chunk], *, state_url: str | None = None,
-            report: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Each chunk's row count (rows with start <= cursor <= end), read and validated, nothing
-    sent, no flow run created."""
+def dry_run(path: str, chunks: list[Chunk], *, resend_events: bool = False,
+            state_url: str | None = None, report: Callable[[str], None] = print
+            ) -> list[dict[str, Any]]:
+    """Each chunk's rows that a backfill would send (rows with start <= cursor < end, less the
+    events incremental runs sent or will send, unless `resend_events`), read and validated;
+    nothing sent, no flow run created."""
     from engage_sync.flows import run_options
     from engage_sync.runner import open_state, sync_file
 
@@ -270,7 +277,7 @@ def dry_run(path: str, chunks: list[Chunk], *, state_url: str | None = None,
     out = []
     for n, chunk in enumerate(chunks, 1):
         outcome = sync_file(path, store=store, options=run_options(
-            "backfill", chunk.start, chunk.end, True, False))
+            "backfill", chunk.start, chunk.end, True, resend_events))
         d = outcome.dry_run
         assert d is not None
         out.append({"chunk": chunk.label(), "rows": d.rows, "requests": d.requests,

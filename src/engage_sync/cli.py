@@ -35,8 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = resolve_integration(args.integration, args.config_dir)
     result = sync_flow_or_direct(
         str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
-        resend_events=args.resend_events, state_url=args.state_url,
-        use_prefect=not args.no_prefect,
+        resend_events=args.resend_events, allow_deletes=args.allow_deletes,
+        state_url=args.state_url, use_prefect=not args.no_prefect,
     )
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
@@ -79,10 +79,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     start = backfill.parse_bound(args.start, is_end=False)
     end = backfill.parse_bound(args.end, is_end=True)
     chunks = backfill.plan(start, end, args.chunk)
-    print(f"backfill {path.stem}: {start.isoformat()} .. {end.isoformat()} in {len(chunks)} "
+    print(f"backfill {path.stem}: [{start.isoformat()}, {end.isoformat()}) in {len(chunks)} "
           f"chunks of at most {args.chunk}", file=sys.stderr)
     if args.dry_run:
-        rows = backfill.dry_run(str(path), chunks, state_url=args.state_url,
+        rows = backfill.dry_run(str(path), chunks, resend_events=args.resend_events,
+                                state_url=args.state_url,
                                 report=lambda line: print(line, file=sys.stderr))
         _print_json({"integration": path.stem, "chunks": rows,
                      "rows": sum(r["rows"] for r in rows)})
@@ -154,9 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--start", type=_bound(is_end=False), default=None,
                      help="backfill: first UPDATED_AT included (date or ISO datetime, UTC)")
     run.add_argument("--end", type=_bound(is_end=True), default=None,
-                     help="backfill: last UPDATED_AT included (a date includes the whole day)")
+                     help="backfill: end of the range, excluded (a date includes that whole day)")
     run.add_argument("--resend-events", action="store_true",
                      help="backfill: send events the incremental sync already delivered")
+    run.add_argument("--allow-deletes", type=int, default=None, metavar="N",
+                     help="deletes: allow up to N deletions in this run (above max_deletes)")
     run.add_argument("--dry-run", action="store_true",
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",
@@ -175,13 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     bf = sub.add_parser(
         "backfill", help="re-send a range of rows, one Prefect flow run per chunk",
-        description="Re-send rows whose UPDATED_AT falls in [--start, --end], chunk by chunk. "
+        description="Re-send rows whose UPDATED_AT falls in [--start, --end), chunk by chunk. "
         "Each chunk is one run of the integration's deployment (served by "
         "deployments/serve.py or a worker), created once: repeating the command creates no "
         "run for a chunk that has one, and resumes at the first chunk not completed.")
     common(bf)
     bf.add_argument("--start", required=True, help="first day or datetime included (UTC)")
-    bf.add_argument("--end", required=True, help="last day included, or a datetime (UTC)")
+    bf.add_argument("--end", required=True,
+                    help="last day included, or a datetime excluded (UTC)")
     bf.add_argument("--chunk", default="1d", help="chunk length: 1h, 1d, 7d, ... (default 1d)")
     bf.add_argument("--dry-run", action="store_true",
                     help="print the chunks and their row counts; create no run, send nothing")

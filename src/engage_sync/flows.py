@@ -14,7 +14,6 @@ artifacts, then prunes row error records older than the retention age.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from datetime import UTC, datetime
@@ -79,21 +78,16 @@ def resolve_integration(name_or_path: str, config_dir: str | None = None) -> Pat
 
 
 def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
-                resend_events: bool) -> RunOptions:
+                resend_events: bool, allow_deletes: int | None = None) -> RunOptions:
     """Flow parameters → RunOptions. Naive datetimes are UTC. Raises ConfigError when start or
     end is given outside a backfill, or when start is after end."""
     start, end = as_utc(start), as_utc(end)
     if (start or end) and mode != "backfill":
         raise ConfigError(f"start and end apply to mode 'backfill' only, not '{mode}'")
-    if start and end and start > end:
-        raise ConfigError(f"start {start.isoformat()} is after end {end.isoformat()}")
-    fields = {f.name for f in dataclasses.fields(RunOptions)}
-    kwargs: dict[str, Any] = {"mode": mode, "dry_run": dry_run, "start": start, "end": end}
-    if "resend_events" in fields:
-        kwargs["resend_events"] = resend_events
-    elif resend_events:
-        raise ConfigError("this version of the pipeline cannot resend events (resend_events)")
-    return RunOptions(**kwargs)
+    if start and end and start >= end:
+        raise ConfigError(f"start {start.isoformat()} is not before end {end.isoformat()}")
+    return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
+                      resend_events=resend_events, allow_deletes=allow_deletes)
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -143,13 +137,14 @@ def _prune(store: StateStore) -> None:
 def run_one(integration: str, mode: Mode = "incremental", start: datetime | None = None,
             end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
             config_dir: str | None = None, state_url: str | None = None,
-            budgets: RateBudgets | None = None) -> dict[str, Any]:
+            budgets: RateBudgets | None = None, allow_deletes: int | None = None
+            ) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, or a dry run's summary.
     Raises SyncAlert when the run needs attention."""
     logger = get_run_logger()
     store = open_state(state_url)
     try:
-        options = run_options(mode, start, end, dry_run, resend_events)
+        options = run_options(mode, start, end, dry_run, resend_events, allow_deletes)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
                             on_progress=_progress_logger())
@@ -192,6 +187,7 @@ def sync_integration(
     end: datetime | None = None,
     dry_run: bool = False,
     resend_events: bool = False,
+    allow_deletes: int | None = None,
     config_dir: str | None = None,
     state_url: str | None = None,
 ) -> dict[str, Any]:
@@ -199,18 +195,20 @@ def sync_integration(
 
     Args:
         integration: Integration file path, or its name in the config folder.
-        mode: incremental (from the stored cursor), backfill (rows with start <= UPDATED_AT <=
+        mode: incremental (from the stored cursor), backfill (rows with start <= UPDATED_AT <
             end, sent with the bulk header; the cursor does not move) or full_resync (all rows).
         start: Backfill only: first UPDATED_AT included (UTC when no zone is given).
-        end: Backfill only: last UPDATED_AT included (default: now minus the settle lag).
+        end: Backfill only: first UPDATED_AT excluded (default: now minus the settle lag).
         dry_run: Read, validate and batch; send and record nothing.
         resend_events: Backfill only: send events and purchases again even when the
             incremental sync already delivered them.
+        allow_deletes: Deletes only: allow this many deletions in this run, above the
+            integration's max_deletes.
         config_dir: Folder of integration files (default ENGAGE_SYNC_CONFIG_DIR or ./config).
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
     """
     return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
-                   state_url)
+                   state_url, allow_deletes=allow_deletes)
 
 
 @task(name="sync-integration", retries=0, cache_policy=NO_CACHE,
@@ -263,7 +261,7 @@ def sync_folder(
         folder: Folder of integration files (files starting with '_' are skipped).
         mode: incremental, backfill (with start / end) or full_resync, for every integration.
         start: Backfill only: first UPDATED_AT included.
-        end: Backfill only: last UPDATED_AT included.
+        end: Backfill only: first UPDATED_AT excluded.
         dry_run: Read, validate and batch; send and record nothing.
         resend_events: Backfill only: send again events the incremental sync delivered.
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
@@ -286,15 +284,16 @@ def sync_folder(
 
 def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetime | None = None,
                         end: datetime | None = None, dry_run: bool = False,
-                        resend_events: bool = False, state_url: str | None = None,
-                        use_prefect: bool = True) -> Any:
+                        resend_events: bool = False, allow_deletes: int | None = None,
+                        state_url: str | None = None, use_prefect: bool = True) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
         return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
-                                resend_events=resend_events, state_url=state_url)
+                                resend_events=resend_events, allow_deletes=allow_deletes,
+                                state_url=state_url)
     store = open_state(state_url)
-    outcome = sync_file(path, options=run_options(mode, start, end, dry_run, resend_events),
-                        store=store)
+    outcome = sync_file(path, options=run_options(mode, start, end, dry_run, resend_events,
+                                                  allow_deletes), store=store)
     if outcome.dry_run is not None:
         d = outcome.dry_run
         return {"rows": d.rows, "requests": d.requests, "rejects": d.rejects}

@@ -119,7 +119,7 @@ def data_columns(integration: Integration) -> list[str]:
     m = integration.mapping
     assert m is not None
     if integration.kind == "attributes":
-        cols += list(m.attributes)
+        cols += list(m.attributes) + kinds.track_extra_columns(integration)
     elif integration.kind == "events" and m.event is not None:
         e = m.event
         cols += [c for c in (e.name_column, e.time, e.app_id) if c] + list(e.properties)

@@ -190,3 +190,40 @@ def utcnow() -> datetime:
 @pytest.fixture
 def sandbox_key(sandbox: SandboxHandle) -> str:
     return sandbox.api_key
+
+
+# --- subscription and identity kinds (tests/integration/test_kinds.py) ----------------------
+
+SUBSCRIPTION_LIMIT = 10  # requests per 1-second window at the slow sandbox
+
+
+@pytest.fixture(scope="session")
+def slow_subscriptions_sandbox() -> Iterator[SandboxHandle]:
+    """A second sandbox whose `subscription` group allows SUBSCRIPTION_LIMIT requests a second,
+    so a shared client budget can be measured against the sandbox's own windows."""
+    settings = SandboxSettings(
+        seed=ROOT / "config" / "sandbox-seed.yaml",
+        rate_limits={"subscription": RateLimit(SUBSCRIPTION_LIMIT, 1)},
+    )
+    with run_sandbox(settings=settings) as handle:
+        yield handle
+
+
+@pytest.fixture
+def slow_service(slow_subscriptions_sandbox: SandboxHandle,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
+    slow_subscriptions_sandbox.reset()
+    monkeypatch.setenv("ENGAGE_API_KEY", slow_subscriptions_sandbox.api_key)
+    with httpx.Client(base_url=slow_subscriptions_sandbox.control_url, timeout=30) as control:
+        yield Service(slow_subscriptions_sandbox.base_url, control)
+
+
+def seed_profiles(svc: Service, api_key: str, objects: list[dict[str, Any]]) -> None:
+    """Create or update profiles through /users/track, 75 objects a request."""
+    headers = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(base_url=svc.base_url, timeout=30) as client:
+        for k in range(0, len(objects), 75):
+            r = client.post("/users/track", json={"attributes": objects[k:k + 75]},
+                            headers=headers)
+            r.raise_for_status()
+            assert "errors" not in r.json(), r.json()
