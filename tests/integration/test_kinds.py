@@ -501,3 +501,32 @@ def test_two_subscription_integrations_share_one_rate_budget(
         profile = svc.profile("r000")
         assert profile is not None and profile["subscription_groups"][f"sg-{p.stem}"] == \
             "subscribed"
+
+
+def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
+    warehouse: Warehouse, service: Service, state: StateStore, sandbox_key: str,
+    tmp_path: Path,
+) -> None:
+    from engage_sync.errors import RunRefused
+    from engage_sync.pipeline import RunOptions
+    from engage_sync.status import page
+
+    seed_profiles(service, sandbox_key, [{"external_id": f"c{i:03d}"} for i in range(30)])
+    warehouse.create("deletes_sync", [("updated_at", sa.DateTime()),
+                                      ("external_id", sa.String())])
+    warehouse.insert("deletes_sync", [{"updated_at": T0, "external_id": f"c{i:03d}"}
+                                      for i in range(30)])
+    path = write_integration(tmp_path, "wipe", kind_body(
+        warehouse, service, "deletes", "deletes_sync", {"identifiers": ["external_id"]},
+        max_deletes=10))
+    with pytest.raises(RunRefused, match=r"would delete 30 users.*max_deletes \(10\)"):
+        sync_file(path, store=state)
+    assert service.requests("/users/delete") == []
+    assert len(service.profiles()) == 30
+    assert state.cursor("wipe") is None
+    record = page(state, "wipe", None).results[0]
+    assert record["job_status"] == "error" and "max_deletes" in record["message"]
+
+    done = sync_file(path, store=state, options=RunOptions(allow_deletes=30)).record
+    assert done is not None and done["rows_synced"] == 30
+    assert service.profiles() == []
