@@ -28,6 +28,7 @@ from engage_sync.status import record
 log = logging.getLogger("engage_sync.runner")
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
+DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL
 
 
 def state_url(explicit: str | None = None) -> str:
@@ -45,7 +46,13 @@ def warehouse_engine(integration: Integration) -> sa.Engine:
     url = secrets.expand(integration.warehouse.url, integration=integration.name,
                          key="warehouse.url")
     try:
-        return sa.create_engine(url)
+        engine = sa.create_engine(url)
+        if url.startswith("duckdb:") and "memory_limit" not in url:
+            # DuckDB sorts the whole window before the first batch; a memory limit makes it
+            # spill to disk instead, which keeps the sync's memory flat with the row count.
+            # SET (not connect-time config) so other connections to the file stay compatible.
+            sa.event.listen(engine, "connect", _limit_duckdb_memory)
+        return engine
     except Exception as exc:
         raise ConfigError(
             f"integration {integration.name}: cannot use warehouse URL "
@@ -58,6 +65,10 @@ def with_expanded_service(integration: Integration) -> Integration:
                          key="service.base_url")
     return integration.model_copy(
         update={"service": integration.service.model_copy(update={"base_url": url})})
+
+
+def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
 
 
 def http_client(integration: Integration) -> httpx.Client:

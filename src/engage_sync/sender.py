@@ -34,7 +34,7 @@ from engage_sync.state import JournalEntry, Settlement, StateStore
 log = logging.getLogger("engage_sync.sender")
 
 REJECTED = "rejected"
-GROUP = 16
+GROUP = 32
 
 
 def stamp(value: Any) -> str:
@@ -158,8 +158,12 @@ class Sender:
         return frozenset(u for item in segment.batch.items for u in users_of(item))
 
     def _make_room(self, users: frozenset[str]) -> None:
-        """Wait until a request may leave: below max_in_flight, none of its users in flight."""
-        while self.in_flight and (len(self.in_flight) >= self.ctx.max_in_flight
+        """Wait until a request may be handed to the pool: none of its users submitted, and
+        fewer than `max_in_flight` submitted when journaling is exact (so a pending entry is
+        really in flight), or than max_in_flight + 2 groups otherwise (the pool's workers
+        bound real concurrency; the extra keeps them busy while the next group is packed)."""
+        limit = self.ctx.max_in_flight + (2 * self.group if self.group > 1 else 0)
+        while self.in_flight and (len(self.in_flight) >= limit
                                   or any(u in self.users for u in users)):
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
 
