@@ -24,6 +24,8 @@ from typing import Any
 import duckdb
 import httpx
 
+from engage_sync.demo_identity import SEED_TRACK_BODY, build_identity_tables, identity_effects
+
 DEMO_KEY = "sandbox-demo-key"  # SANDBOX ONLY: the demo seed's key, accepted by nothing else
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,6 +72,7 @@ def build_warehouse(path: Path, users: int = 200) -> None:
     con.execute("""INSERT INTO ORDERS VALUES ('order-bad-currency', 'user-0002', 'sku-1',
         'DOLLARS', 9.99, 1, TIMESTAMP '2026-01-03 10:00:00', 'web',
         TIMESTAMP '2026-01-03 12:00:00')""")
+    build_identity_tables(con)
     con.close()
 
 
@@ -124,6 +127,11 @@ def sandbox_process(port: int, seed: Path, log_path: Path) -> Iterator[str]:
                 proc.kill()
 
 
+def _profile(base: str, query: dict[str, str]) -> dict[str, Any] | None:
+    r = httpx.get(f"{base}/_sandbox/profiles", params=query)
+    return None if r.status_code == 404 else dict(r.json())
+
+
 def _summary(counters: dict[str, Any]) -> dict[str, Any]:
     """The sandbox counters without the per-user breakdown (too long to print)."""
     return {k: v for k, v in counters.items() if k != "events_by_user"}
@@ -163,12 +171,17 @@ def run_demo(workdir: Path, port: int = 0) -> int:
         state_url = f"sqlite:///{state_db}"
         folder = str(ROOT / "config" / "demo")
         print(f"sandbox on {base}; warehouse {warehouse}; state {state_db}")
+        # profiles that the identify, merge and alias-rename rows act on exist beforehand
+        httpx.post(f"{base}/users/track", json=SEED_TRACK_BODY,
+                   headers={"Authorization": f"Bearer {DEMO_KEY}"}).raise_for_status()
         first = sync_folder(folder, state_url=state_url)
         _show("first run: status records", first)
         counters = httpx.get(f"{base}/_sandbox/counters").json()
         _show("the sandbox after the first run (counters)", _summary(counters))
         profile = httpx.get(f"{base}/_sandbox/profiles", params={"external_id": "user-0003"})
         _show("profile user-0003", profile.json())
+        _show("identity and subscription syncs, as the sandbox sees them",
+              identity_effects(lambda q: _profile(base, q)))
 
         change_rows(warehouse)
         second = sync_folder(folder, state_url=state_url)
@@ -177,7 +190,7 @@ def run_demo(workdir: Path, port: int = 0) -> int:
         _show("what the second run added at the sandbox (only the changed rows)",
               _delta(counters, after))
         store = open_state(state_url)
-        for name in ("10_users", "20_events", "30_purchases"):
+        for name in sorted(p.stem for p in Path(folder).glob("*.yaml")):
             _show(f"engage-sync status {name}", page(store, name, None).body())
         print("\nrejected rows: run `engage-sync errors 10_users --state-url "
               f"{state_url}` (and 20_events, 30_purchases)")
