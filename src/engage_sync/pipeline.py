@@ -13,6 +13,7 @@ No Prefect here: flows call `run_sync`.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -441,7 +442,10 @@ class _Run:
 def dry_run(integration: Integration, engine: Engine, state: StateStore,
             clock: Callable[[], datetime] = lambda: datetime.now(UTC),
             options: RunOptions = RunOptions(dry_run=True), sample_size: int = 3) -> DryRun:
-    """Read, validate and batch the next window without sending or recording anything."""
+    """Read, validate and batch the next window without sending or recording anything.
+    A deletes integration lists every identifier it would delete (`sample`), not a sample."""
+    if integration.kind == "deletes":
+        sample_size = sys.maxsize
     deps = Deps(engine=engine, state=state, client=httpx.Client(), api_key="", clock=clock)
     run = _Run(integration, deps, options)
     window = run._new_window()

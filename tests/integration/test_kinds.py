@@ -530,3 +530,20 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
     done = sync_file(path, store=state, options=RunOptions(allow_deletes=30)).record
     assert done is not None and done["rows_synced"] == 30
     assert service.profiles() == []
+
+
+def test_a_dry_run_of_deletes_lists_exactly_who_would_be_deleted(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    from engage_sync.pipeline import RunOptions
+
+    warehouse.create("deletes_sync", [("updated_at", sa.DateTime()),
+                                      ("external_id", sa.String())])
+    warehouse.insert("deletes_sync", [{"updated_at": T0, "external_id": f"c{i:03d}"}
+                                      for i in range(120)])
+    path = write_integration(tmp_path, "dry_wipe", kind_body(
+        warehouse, service, "deletes", "deletes_sync", {"identifiers": ["external_id"]}))
+    result = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
+    assert result is not None and result.requests == 3
+    assert sorted(json.loads(b) for b in result.sample) == [f"c{i:03d}" for i in range(120)]
+    assert service.requests("/users/delete") == []
