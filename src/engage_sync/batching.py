@@ -61,6 +61,8 @@ class TrackPacker:
 
     def __init__(self, limits: TrackLimits) -> None:
         self.limits = limits
+        self._max_objects = limits.objects_per_request
+        self._max_bytes = limits.max_body_bytes
         self._reset()
 
     def _reset(self) -> None:
@@ -70,21 +72,20 @@ class TrackPacker:
 
     def add(self, item: Item) -> Batch | None:
         """Raises ValueError for an item too large for any request (transform rejects those)."""
-        limits = self.limits
-        if not item_fits_alone(item, limits):
-            raise ValueError(f"row {item.key}: object of {len(item.blob)} bytes fits no request")
-        extra = len(item.blob) + (1 if self.counts[item.array] else 0)
-        full = (
-            self.counts[item.array] >= limits.objects_per_request
-            if limits.per_array
-            else len(self.pending) >= limits.objects_per_request
-        )
+        blob_len = len(item.blob)
+        if blob_len + _OVERHEAD > self._max_bytes:
+            raise ValueError(f"row {item.key}: object of {blob_len} bytes fits no request")
+        counts = self.counts
+        in_array = counts[item.array]
+        full = (in_array if self.limits.per_array else len(self.pending)) >= self._max_objects
+        extra = blob_len + 1 if in_array else blob_len
         done = None
-        if self.pending and (full or self.size + extra > limits.max_body_bytes):
+        if self.pending and (full or self.size + extra > self._max_bytes):
             done = self.flush()
-            extra = len(item.blob)
+            counts = self.counts
+            extra = blob_len
         self.pending.append(item)
-        self.counts[item.array] += 1
+        counts[item.array] += 1
         self.size += extra
         return done
 
@@ -110,6 +111,11 @@ def pack_track(items: Iterable[Item], limits: TrackLimits) -> Iterator[Batch]:
 
 def build_track(items: list[Item]) -> Batch:
     """Body with only the arrays that have items; positions index into each array."""
+    first = items[0].array
+    if all(item.array == first for item in items):  # the common case: one kind per integration
+        body = b'{"' + first.encode() + b'":[' + b",".join([i.blob for i in items]) + b"]}"
+        return Batch(items=tuple(items), positions=tuple((first, k) for k in range(len(items))),
+                     body=body)
     by_array: dict[str, list[Item]] = {a: [] for a in ARRAYS}
     for item in items:
         by_array[item.array].append(item)

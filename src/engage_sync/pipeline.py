@@ -49,6 +49,26 @@ log = logging.getLogger("engage_sync.pipeline")
 Mode = Literal["incremental", "backfill", "full_resync"]
 
 
+class RowBatch:
+    """One transformed Arrow batch: an outcome per row (an Item, a (key, reason) reject, or
+    None for a row dropped as already sent) and the rows' cursors, built only when asked."""
+
+    def __init__(self, columns: list[Any], num_rows: int) -> None:
+        self.columns = columns
+        self.outcomes: list[Item | tuple[str, str] | None] = [None] * num_rows
+        self._all: list[Cursor] | None = None
+
+    def cursor(self, k: int) -> Cursor:
+        if self._all is not None:
+            return self._all[k]
+        return tuple(column[k].as_py() for column in self.columns)
+
+    def cursors(self) -> list[Cursor]:
+        if self._all is None:
+            self._all = list(zip(*(c.to_pylist() for c in self.columns), strict=True))
+        return self._all
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How to run. A backfill reads rows with start <= cursor < end, sends them with the bulk
@@ -280,43 +300,47 @@ class _Run:
         state.finish_run(run_id, status)
         return record(state.run(run_id))
 
-    def _rows(
+    def _batches(
         self, window: Window,
         on_rejects: Callable[[list[tuple[str, str, str]]], None] | None = None,
-    ) -> Iterator[tuple[Cursor, Item | None, tuple[str, str] | None]]:
-        """(cursor, item or None, (key, reason) or None) per row, in source order. Rejects of
-        each Arrow batch go to `on_rejects` as (position, key, reason) before its rows are
-        yielded, so they are durable before the cursor can pass them."""
+    ) -> Iterator[RowBatch]:
+        """The window's rows, one transformed Arrow batch at a time, in source order. Rejects
+        of each batch go to `on_rejects` as (position, key, reason) before it is yielded, so
+        they are durable before the cursor can pass them."""
         seq = 0
         names = [self.i.cursor_column, *self.i.key_columns]
         for batch in stream_batches(self.deps.engine, self.spec, window,
                                     self.i.extract_batch_rows):
-            columns = [batch.column(n).to_pylist() for n in names]
-            cursors = list(zip(*columns, strict=True))
             result = (transform_batch(self.i, batch, seq) if self.track
                       else kinds.transform(self.i, batch, seq))
-            by_seq: list[Item | tuple[str, str] | None] = [None] * batch.num_rows
+            assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
+            rows = RowBatch([batch.column(n) for n in names], batch.num_rows)
             for item in result.items:
-                by_seq[item.seq - seq] = item
+                rows.outcomes[item.seq - seq] = item
             for reject in result.rejects:
-                by_seq[reject.seq - seq] = (reject.key, reject.reason)
+                rows.outcomes[reject.seq - seq] = (reject.key, reject.reason)
             if self.lookback and self.stored is not None:
-                self._drop_acknowledged(cursors, by_seq)
+                self._drop_acknowledged(rows.cursors(), rows.outcomes)
             if self.already_sent is not None:
-                self._drop_incremental(cursors, by_seq)
-            rejects = [(k, o) for k, o in enumerate(by_seq) if isinstance(o, tuple)]
-            if on_rejects is not None and rejects:
-                on_rejects([(encode_cursor(cursors[k]) or "", o[0], o[1]) for k, o in rejects])
+                self._drop_incremental(rows.cursors(), rows.outcomes)
+            if on_rejects is not None and result.rejects:
+                rejects = [(k, o) for k, o in enumerate(rows.outcomes) if isinstance(o, tuple)]
+                on_rejects([(encode_cursor(rows.cursor(k)) or "", o[0], o[1])
+                            for k, o in rejects])
                 if self.lookback:
                     self.deps.state.record_acks(self.i.name, [
-                        (o[0], stamp(cursors[k][0]), REJECTED) for k, o in rejects])
-            for k, outcome in enumerate(by_seq):
-                if isinstance(outcome, Item):
-                    yield cursors[k], outcome, None
-                elif outcome is not None:
-                    yield cursors[k], None, outcome
-            assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
+                        (o[0], stamp(rows.cursor(k)[0]), REJECTED) for k, o in rejects])
+            yield rows
             seq += batch.num_rows
+
+    def _rows(self, window: Window) -> Iterator[tuple[Item | None, tuple[str, str] | None]]:
+        """(item, None) or (None, (key, reason)) per row read, in source order."""
+        for rows in self._batches(window):
+            for o in rows.outcomes:
+                if isinstance(o, Item):
+                    yield o, None
+                elif o is not None:
+                    yield None, o
 
     def _drop_incremental(self, cursors: list[Cursor],
                           by_seq: list[Item | tuple[str, str] | None]) -> None:
@@ -349,7 +373,7 @@ class _Run:
                 by_seq[k] = None
 
     def _stream(self, window: Window, done: list[JournalEntry]) -> None:
-        state, name = self.deps.state, self.i.name
+        state, name, counts = self.deps.state, self.i.name, self.counts
         progress = Progress(window.start)
         skips = deque(e for e in done if e.start is None or window.start is None
                       or tuple(e.end) > tuple(window.start))
@@ -357,8 +381,14 @@ class _Run:
         sender = self._sender(progress)
         req_no = max((e.req_no for e in done), default=0)
         segment_start: Cursor | None = window.start
-        last: Cursor | None = None
+        # the last row read: (batch, index), its cursor built only when a request is cut
+        last_rows: RowBatch | None = None
+        last_k = 0
+        last_fixed: Cursor | None = None
         stamp_of: dict[int, str] = {}  # lookback: cursor stamp of each item not yet sent
+
+        def last() -> Cursor | None:
+            return last_rows.cursor(last_k) if last_rows is not None else last_fixed
 
         def send(batch: Batch | None, end: Cursor | None) -> None:
             nonlocal req_no, segment_start
@@ -373,31 +403,40 @@ class _Run:
             state.record_rejects(self.run_id, name, rejects)
 
         try:
-            for cursor, item, reject in self._rows(window, record):
-                while skips and tuple(skips[0].end) < tuple(cursor):
-                    skips.popleft()
-                if skips and (skips[0].start is None or tuple(skips[0].start) < tuple(cursor)):
-                    # inside a range the journal already settled: cut before it, skip the row
-                    send(packer.flush(), last)
-                    entry = skips[0]
-                    if last != tuple(entry.end):
-                        progress.add(Segment(entry.start, tuple(entry.end), settled=True))
-                    segment_start = last = tuple(entry.end)
-                    continue
-                self.counts["read"] += 1
-                if reject is not None:
-                    self.counts["rejected"] += 1
-                else:
-                    assert item is not None
-                    if self.lookback:
-                        stamp_of[item.seq] = stamp(cursor[0])
-                    send(packer.add(item), last)
-                last = tuple(cursor)
+            for rows in self._batches(window, record):
+                for k, o in enumerate(rows.outcomes):
+                    if o is None:
+                        continue
+                    if skips:
+                        cursor = rows.cursor(k)
+                        while skips and tuple(skips[0].end) < cursor:
+                            skips.popleft()
+                        entry = skips[0] if skips else None
+                        if entry and (entry.start is None or tuple(entry.start) < cursor):
+                            # inside a range the journal settled: cut before it, skip the row
+                            send(packer.flush(), last())
+                            if last() != tuple(entry.end):
+                                progress.add(Segment(entry.start, tuple(entry.end),
+                                                     settled=True))
+                            segment_start = last_fixed = tuple(entry.end)
+                            last_rows = None
+                            continue
+                    counts["read"] += 1
+                    if isinstance(o, Item):
+                        if self.lookback:
+                            stamp_of[o.seq] = stamp(rows.cursor(k)[0])
+                        full = packer.add(o)
+                        if full is not None:
+                            send(full, last())
+                    else:
+                        counts["rejected"] += 1
+                    last_rows, last_k = rows, k
+            end = last()
             batch = packer.flush()
             if batch is not None:
-                send(batch, last)
-            elif last is not None and last != segment_start:
-                progress.add(Segment(segment_start, last, settled=True))
+                send(batch, end)
+            elif end is not None and end != segment_start:
+                progress.add(Segment(segment_start, end, settled=True))
             sender.drain()
         finally:
             sender.close()
@@ -451,7 +490,7 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
     window = run._new_window()
     result = DryRun()
     packer = run.packer()
-    for _cursor, item, reject in run._rows(window):
+    for item, reject in run._rows(window):
         result.rows += 1
         if reject is not None:
             result.rejects.append(reject)

@@ -282,7 +282,7 @@ def test_identify_attaches_or_merges_alias_only_users(
             assert profile["attributes"]["plan"] == "pro"
     assert len(service.profiles()) == 60
     sent = bodies(service, "/users/identify")
-    assert [len(b["aliases_to_identify"]) for b in sent] == [50, 10]
+    assert sorted(len(b["aliases_to_identify"]) for b in sent) == [10, 50]
 
 
 # --- merges ----------------------------------------------------------------------------------
@@ -376,7 +376,8 @@ def test_alias_renames(warehouse: Warehouse, service: Service, state: StateStore
     for i in range(70):
         assert alias_profile(service, f"old{i}", "crm") is None
         assert alias_profile(service, f"new{i}", "crm") is not None
-    assert [len(b["alias_updates"]) for b in bodies(service, "/users/alias/update")] == [50, 20]
+    assert sorted(len(b["alias_updates"]) for b in bodies(service, "/users/alias/update")) == [
+        20, 50]  # requests of different users may arrive in either order
 
 
 # --- SIGKILL and resume (subscriptions) ------------------------------------------------------
