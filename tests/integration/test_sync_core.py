@@ -205,3 +205,29 @@ def test_a_late_row_inside_lookback_is_sent_and_nothing_else_is_resent(
 
     third = sync_file(path, store=state).record
     assert third is not None and third["rows_read"] == 0
+
+
+def test_a_sqlite_warehouse_syncs_with_the_same_guarantees(
+    service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    """SQLite keeps timestamps as text: the cursor, the signpost and the compound order still
+    hold (rows sharing a timestamp across batches go once; a second run sends nothing)."""
+    import sqlalchemy as sa
+
+    from tests.integration.conftest import Warehouse
+
+    url = f"sqlite:///{tmp_path / 'warehouse.sqlite'}"
+    wh = Warehouse("sqlite", url, sa.create_engine(url))
+    users_table(wh)
+    wh.insert("users_sync", user_rows(180) + user_rows(
+        40, at=T0 + timedelta(seconds=1), prefix="v"))
+    wh.insert("users_sync", [{"updated_at": T0, "external_id": None, "payload": "{}"}])
+    path = write_integration(tmp_path, "lite", integration_body(
+        wh, service, "attributes", "users_sync", extract_batch_rows=100))
+    first = sync_file(path, store=state).record
+    assert first is not None
+    assert (first["rows_read"], first["rows_synced"], first["rows_rejected"]) == (221, 220, 1)
+    second = sync_file(path, store=state).record
+    assert second is not None and second["rows_read"] == 0
+    assert service.counters()["attributes_processed"] == 220
+    wh.engine.dispose()
