@@ -461,7 +461,7 @@ class _Run:
         return Sender(RunContext(
             run_id=self.run_id, integration=self.i.name, state=self.deps.state,
             deliverer=deliverer, max_in_flight=service.max_in_flight,
-            idempotent=self.idempotent,
+            group_commits=self.i.kind == "attributes",
             resend_in_doubt=self.resend_in_doubt, bulk=self.options.mode != "incremental",
             may_move_cursor=self.may_move_cursor, counts=self.counts, report=self.report,
         ), progress)

@@ -5,11 +5,12 @@ Invariants:
 - two requests that touch the same user are never in flight at once;
 - `Progress` moves only over a prefix of settled segments, and what it passes is saved in the
   same transaction as those segments' settlements;
-- journal writes and settlements are grouped (`GROUP` requests per transaction) only when every
-  item is idempotent (attributes): after a crash, an entry journaled but never sent, or
-  acknowledged but not yet saved, is sent again at no cost but billing. Events and purchases
-  are journaled and settled request by request, so after a crash the only entries left pending
-  are the ones really in flight, and the in-doubt policy decides about exactly those.
+- journal writes and settlements are grouped (`GROUP` requests per transaction) only for
+  attribute runs, the high-volume kind whose objects are idempotent: after a crash, an entry
+  journaled but never sent, or acknowledged but not yet saved, is sent again at no cost but
+  billing. Every other kind is journaled and settled request by request, so after a crash the
+  only entries left pending are the ones really in flight, and the in-doubt policy decides
+  about exactly those: nothing is lost and nothing the service processed is sent again.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class RunContext:
     state: StateStore
     deliverer: Deliverer
     max_in_flight: int
-    idempotent: bool
+    group_commits: bool
     resend_in_doubt: bool
     bulk: bool
     may_move_cursor: Callable[[Cursor], bool]
@@ -115,7 +116,7 @@ class Sender:
     def __init__(self, ctx: RunContext, progress: Progress) -> None:
         self.ctx = ctx
         self.progress = progress
-        self.group = GROUP if ctx.idempotent else 1
+        self.group = GROUP if ctx.group_commits else 1
         self.pool = ThreadPoolExecutor(max_workers=ctx.max_in_flight,
                                        thread_name_prefix=f"send-{ctx.integration}")
         self.queue: list[Segment] = []

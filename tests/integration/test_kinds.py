@@ -410,7 +410,7 @@ def test_subscriptions_killed_mid_run_resume_with_nothing_lost(
     warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
 
-    service.faults([{"path": V2, "action": "delay", "nth": [4], "delay_seconds": 2}])
+    service.faults([{"path": V2, "action": "delay", "nth": [4], "delay_seconds": 4}])
     proc = _run_cli(path, state_url, sandbox_key)
     deadline = time.monotonic() + 60
     while len(service.requests(V2)) < 4:
@@ -442,6 +442,44 @@ def test_subscriptions_killed_mid_run_resume_with_nothing_lost(
     assert len(resent) <= 600
     assert Counter(resent) == Counter(f"k{k % 300:03d}" for k in range(600 - len(resent), 600))
     assert open_state(state_url).cursor("subs_kill") is not None
+
+
+def test_deletes_killed_mid_run_resume_with_nothing_lost_or_repeated(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path,
+) -> None:
+    seed_profiles(service, sandbox_key, [{"external_id": f"x{i:03d}"} for i in range(260)])
+    warehouse.create("del_kill", [("updated_at", sa.DateTime()), ("external_id", sa.String())])
+    warehouse.insert("del_kill", [{"updated_at": T0 + timedelta(seconds=i // 7),
+                                   "external_id": f"x{i:03d}"} for i in range(250)])
+    path = write_integration(tmp_path, "del_kill", kind_body(
+        warehouse, service, "deletes", "del_kill", {"identifiers": ["external_id"]},
+        extract_batch_rows=100, service={"max_in_flight": 1}))
+    warehouse.engine.dispose()
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    delete = "/users/delete"
+    service.faults([{"path": delete, "action": "delay", "nth": [3], "delay_seconds": 4}])
+    proc = _run_cli(path, state_url, sandbox_key)
+    deadline = time.monotonic() + 60
+    while len(service.requests(delete)) < 3:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    while any(r["status"] is None for r in service.requests(delete)):
+        time.sleep(0.1)
+    service.faults([])
+
+    resumed = _run_cli(path, state_url, sandbox_key)
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err.decode()
+    record = json.loads(out)
+    assert record["rows_read"] == record["rows_synced"] == 250
+    left = sorted(p["external_id"] for p in service.profiles())
+    assert left == [f"x{i:03d}" for i in range(250, 260)]  # nothing lost
+    processed = [i for e in service.requests(delete) if e["status"] and e["status"] < 300
+                 for i in e["body"]["external_ids"]]
+    assert sorted(processed) == [f"x{i:03d}" for i in range(250)]  # nothing repeated
 
 
 # --- shared rate budget ----------------------------------------------------------------------
