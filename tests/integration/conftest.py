@@ -4,6 +4,11 @@ loopback, a state database per test, and a writer of integration files."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -227,3 +232,52 @@ def seed_profiles(svc: Service, api_key: str, objects: list[dict[str, Any]]) -> 
                             headers=headers)
             r.raise_for_status()
             assert "errors" not in r.json(), r.json()
+
+
+# --- a run as its own process, killed and resumed ----------------------------------------
+
+
+def run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "ENGAGE_API_KEY": api_key}
+    return subprocess.Popen(
+        [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
+         "--no-prefect", "--state-url", state_url],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for_request(service: Service, n: int, proc: subprocess.Popen[bytes],
+                      endpoint: str) -> None:
+    deadline = time.monotonic() + 60
+    while len(service.requests(endpoint)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run never reached the request to kill at"
+        time.sleep(0.05)
+
+
+def _wait_until_answered(service: Service, endpoint: str) -> None:
+    deadline = time.monotonic() + 30
+    while any(r["status"] is None for r in service.requests(endpoint)):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def kill_during_request(path: Path, service: Service, key: str, state_url: str,
+                        nth: int, endpoint: str = "/users/track") -> None:
+    """Start the run as its own process; SIGKILL it while the sandbox holds request `nth`
+    (a `delay` fault: the sandbox waits, then finds the client gone and processes nothing)."""
+    service.faults([{"path": endpoint, "action": "delay", "nth": [nth],
+                     "delay_seconds": 4}])
+    proc = run_cli(path, state_url, key)
+    _wait_for_request(service, nth, proc, endpoint)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _wait_until_answered(service, endpoint)
+    service.faults([])
+
+
+def resume_cli(path: Path, state_url: str, key: str) -> dict[str, int]:
+    resumed = run_cli(path, state_url, key)
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err.decode()
+    return dict(json.loads(out))

@@ -3,12 +3,6 @@ a run is killed with SIGKILL in the middle. Nothing is lost; the in-doubt policy
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +16,8 @@ from tests.integration.conftest import (
     event_rows,
     events_table,
     integration_body,
+    kill_during_request,
+    resume_cli,
     user_rows,
     users_table,
     write_integration,
@@ -93,61 +89,16 @@ def test_scripted_5xx_and_drop_with_resend_policy(
     assert twice == _batch_ids(3) | _batch_ids(4)
 
 
-def _run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ENGAGE_API_KEY": api_key}
-    return subprocess.Popen(
-        [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
-         "--no-prefect", "--state-url", state_url],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-
-
-def _wait_for_request(service: Service, n: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while len(service.requests()) < n:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the run never reached the request to kill at"
-        time.sleep(0.05)
-
-
-def _wait_until_answered(service: Service) -> None:
-    deadline = time.monotonic() + 30
-    while any(r["status"] is None for r in service.requests()):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-
-
-def _kill_during_request(path: Path, service: Service, key: str, state_url: str,
-                         nth: int) -> None:
-    """Start the run as its own process; SIGKILL it while the sandbox holds request `nth`
-    (a `delay` fault: the sandbox waits, then finds the client gone and processes nothing)."""
-    service.faults([{"path": "/users/track", "action": "delay", "nth": [nth],
-                     "delay_seconds": 4}])
-    proc = _run_cli(path, state_url, key)
-    _wait_for_request(service, nth, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    _wait_until_answered(service)
-    service.faults([])
-
-
-def _resume(path: Path, state_url: str, key: str) -> dict[str, int]:
-    resumed = _run_cli(path, state_url, key)
-    out, err = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, err.decode()
-    return dict(json.loads(out))
-
-
 def test_sigkill_mid_run_then_resume_sends_every_event_exactly_once(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
 ) -> None:
     path = _events_setup(warehouse, service, tmp_path, "resend")
     warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    _kill_during_request(path, service, sandbox_key, state_url, nth=4)
+    kill_during_request(path, service, sandbox_key, state_url, nth=4)
     assert len(set(service.event_ids())) == 3 * BATCH  # requests 1-3 landed before the kill
 
-    record = _resume(path, state_url, sandbox_key)
+    record = resume_cli(path, state_url, sandbox_key)
     assert record["rows_read"] == record["rows_synced"] == 600
     assert record["rows_in_doubt"] == 0
     ids = Counter(service.event_ids())
@@ -161,9 +112,9 @@ def test_sigkill_with_skip_policy_counts_the_request_in_flight_as_in_doubt(
     path = _events_setup(warehouse, service, tmp_path, "skip")
     warehouse.engine.dispose()
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    _kill_during_request(path, service, sandbox_key, state_url, nth=4)
+    kill_during_request(path, service, sandbox_key, state_url, nth=4)
 
-    record = _resume(path, state_url, sandbox_key)
+    record = resume_cli(path, state_url, sandbox_key)
     assert record["rows_read"] == 600
     assert record["rows_in_doubt"] == BATCH  # at most once: the request in flight at the kill
     ids = Counter(service.event_ids())
@@ -181,7 +132,7 @@ def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
         warehouse, service, "attributes", "users_sync", extract_batch_rows=100))
     warehouse.engine.dispose()
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    _kill_during_request(path, service, sandbox_key, state_url, nth=5)
-    assert _resume(path, state_url, sandbox_key)["rows_read"] == 800
+    kill_during_request(path, service, sandbox_key, state_url, nth=5)
+    assert resume_cli(path, state_url, sandbox_key)["rows_read"] == 800
     plans = {p["external_id"]: p["attributes"]["plan"] for p in service.profiles()}
     assert len(plans) == 400 and set(plans.values()) == {"new"}

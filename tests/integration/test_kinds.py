@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -29,6 +25,8 @@ from tests.integration.conftest import (
     T0,
     Service,
     Warehouse,
+    kill_during_request,
+    resume_cli,
     seed_profiles,
     write_integration,
 )
@@ -383,14 +381,6 @@ def test_alias_renames(warehouse: Warehouse, service: Service, state: StateStore
 # --- SIGKILL and resume (subscriptions) ------------------------------------------------------
 
 
-def _run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ENGAGE_API_KEY": api_key}
-    return subprocess.Popen(
-        [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
-         "--no-prefect", "--state-url", state_url],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
 def test_subscriptions_killed_mid_run_resume_with_nothing_lost(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path,
 ) -> None:
@@ -410,25 +400,11 @@ def test_subscriptions_killed_mid_run_resume_with_nothing_lost(
     warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
 
-    service.faults([{"path": V2, "action": "delay", "nth": [4], "delay_seconds": 4}])
-    proc = _run_cli(path, state_url, sandbox_key)
-    deadline = time.monotonic() + 60
-    while len(service.requests(V2)) < 4:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    while any(r["status"] is None for r in service.requests(V2)):
-        time.sleep(0.1)
-    service.faults([])
+    kill_during_request(path, service, sandbox_key, state_url, nth=4, endpoint=V2)
     before = len(service.requests(V2))
     assert before == 4  # three requests landed, the fourth was in flight at the kill
 
-    resumed = _run_cli(path, state_url, sandbox_key)
-    out, err = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, err.decode()
-    record = json.loads(out)
+    record = resume_cli(path, state_url, sandbox_key)
     assert record["rows_read"] == record["rows_synced"] == 600
     assert record["rows_in_doubt"] == 0
     for i in range(300):  # the later row of each user wins: order held across the kill
@@ -457,23 +433,8 @@ def test_deletes_killed_mid_run_resume_with_nothing_lost_or_repeated(
     warehouse.engine.dispose()
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     delete = "/users/delete"
-    service.faults([{"path": delete, "action": "delay", "nth": [3], "delay_seconds": 4}])
-    proc = _run_cli(path, state_url, sandbox_key)
-    deadline = time.monotonic() + 60
-    while len(service.requests(delete)) < 3:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    while any(r["status"] is None for r in service.requests(delete)):
-        time.sleep(0.1)
-    service.faults([])
-
-    resumed = _run_cli(path, state_url, sandbox_key)
-    out, err = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, err.decode()
-    record = json.loads(out)
+    kill_during_request(path, service, sandbox_key, state_url, nth=3, endpoint=delete)
+    record = resume_cli(path, state_url, sandbox_key)
     assert record["rows_read"] == record["rows_synced"] == 250
     left = sorted(p["external_id"] for p in service.profiles())
     assert left == [f"x{i:03d}" for i in range(250, 260)]  # nothing lost
