@@ -1,0 +1,46 @@
+"""`sync_folder`: kinds in dependency order, one shared set of rate budgets per flow run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engage_sync import flows
+from engage_sync.pipeline import DryRun
+from engage_sync.runner import Outcome
+
+KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes",
+         "d_merges": "merges", "e_identify": "identify", "f_purchases": "purchases",
+         "g_subscriptions": "subscriptions", "h_alias": "alias_renames",
+         "i_future": "catalog_items", "j_attributes": "attributes"}
+
+
+def test_kinds_run_identities_first_and_deletes_last(tmp_path: Path) -> None:
+    for name, kind in KINDS.items():
+        (tmp_path / f"{name}.yaml").write_text(f"kind: {kind}\n")
+    (tmp_path / "k_broken.yaml").write_text("kind: [unclosed\n")
+    order = [p.stem for p in flows.ordered(sorted(tmp_path.glob("*.yaml")))]
+    assert order == ["e_identify", "d_merges", "h_alias", "g_subscriptions", "c_attributes",
+                     "j_attributes", "b_events", "f_purchases", "i_future", "k_broken",
+                     "a_deletes"]
+
+
+def test_a_folder_flow_run_shares_one_rate_budget_set(
+    prefect_api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("b_events", "a_deletes", "c_attributes"):
+        (tmp_path / f"{name}.yaml").write_text(f"kind: {KINDS[name]}\n")
+    calls: list[tuple[str, Any]] = []
+
+    def fake_sync_file(path: Path, **kw: Any) -> Outcome:
+        calls.append((Path(path).stem, kw["budgets"]))
+        return Outcome(Path(path).stem, dry_run=DryRun(rows=1))
+
+    monkeypatch.setattr(flows, "sync_file", fake_sync_file)
+    result = flows.sync_folder(str(tmp_path), dry_run=True,
+                               state_url=f"sqlite:///{tmp_path / 'state.db'}")
+    assert [name for name, _ in calls] == ["c_attributes", "b_events", "a_deletes"]
+    assert len({id(b) for _, b in calls}) == 1 and calls[0][1] is not None
+    assert set(result) == {"c_attributes", "b_events", "a_deletes"}
