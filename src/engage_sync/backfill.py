@@ -139,17 +139,15 @@ class Summary:
 
 def _rows_synced(client: Any, flow_run_id: UUID) -> int:
     """rows_synced of the status record artifact the chunk run left (0 if none)."""
-    # SyncPrefectClient.read_artifacts of Prefect 3.8.8 sends null filters the server refuses
-    # (422), as does `prefect artifact inspect`; the filter endpoint itself works.
-    response = client._client.post("/artifacts/filter", json={
-        "artifacts": {"flow_run_id": {"any_": [str(flow_run_id)]}},
-        "limit": 50, "offset": 0, "sort": "UPDATED_DESC"})
-    response.raise_for_status()
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+        flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])), limit=50)
     total = 0
-    for art in response.json():
-        if not str(art.get("key") or "").startswith("sync-status-"):
+    for art in artifacts:
+        if not str(art.key or "").startswith("sync-status-"):
             continue
-        data = json.loads(art["data"]) if isinstance(art.get("data"), str) else art.get("data")
+        data = json.loads(art.data) if isinstance(art.data, str) else art.data
         for row in data if isinstance(data, list) else []:
             total += int(row.get("rows_synced") or 0)
     return total
@@ -166,7 +164,7 @@ def _existing_runs(client: Any, deployment_id: UUID, tag: str) -> dict[str, Any]
 
     found: dict[str, Any] = {}
     offset = 0
-    while True:  # limit and sort must be given: this server refuses nulls (422)
+    while True:  # paged: a long backfill has many chunk runs
         runs = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])),
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
