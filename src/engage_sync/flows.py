@@ -160,8 +160,8 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
     record = dict(outcome.record or {})
     reason = alert_reason(record, load_integration(path).failed_rows_alert_share)
     if reason and not record.get("message") and "run_id" in record:
-        # the status record says why, as the flow run does (finish_run keeps the counts)
-        store.finish_run(record["run_id"], record["job_status"], message=reason)
+        # the status record says why, as the flow run does
+        store.set_message(record["run_id"], reason)
         record["message"] = reason
     _artifacts(outcome.integration, record, store)
     _prune(store)

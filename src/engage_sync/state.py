@@ -437,9 +437,18 @@ class StateStore:
         return [dict(r) for r in rows]
 
     def prune_errors(self, older_than: datetime) -> int:
+        """Delete row errors recorded before `older_than`, except those of runs still running
+        (their rejects are counted again when they finish)."""
+        running = sa.select(runs.c.run_id).where(runs.c.job_status == "running")
         with self.engine.begin() as conn:
-            return conn.execute(
-                row_errors.delete().where(row_errors.c.recorded_at < older_than)).rowcount
+            return conn.execute(row_errors.delete().where(
+                row_errors.c.recorded_at < older_than,
+                row_errors.c.run_id.not_in(running))).rowcount
+
+    def set_message(self, run_id: str, message: str) -> None:
+        """Say why on a finished run's record (an alert), leaving its times and counts."""
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(message=message))
 
     def runs_newest_first(self, integration: str, offset: int, limit: int) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
