@@ -37,8 +37,9 @@ def state_url(explicit: str | None = None) -> str:
 
 def open_state(url: str | None = None) -> StateStore:
     url = state_url(url)
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # relative or absolute
     return StateStore.from_url(url)
 
 
