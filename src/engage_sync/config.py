@@ -23,6 +23,7 @@ from engage_sync.config_kinds import (
     KindSpec,
     MergeSpec,
     SubscriptionSpec,
+    UserColumns,
 )
 from engage_sync.errors import ConfigError
 
@@ -131,24 +132,13 @@ class PurchaseMapping(_Frozen):
     properties: dict[str, str] = {}
 
 
-class Identifier(_Frozen):
-    """Mapped format: which column(s) name the user. Exactly one kind."""
-
-    external_id: str | None = None
-    alias_name: str | None = None
-    alias_label: str | None = None
-    platform_id: str | None = None
-    email: str | None = None
-    phone: str | None = None
+class Identifier(UserColumns):
+    """Mapped format of attributes, events and purchases: the user's column(s), of exactly one
+    identifier kind (the columns and their checks are those of every kind's `UserColumns`)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Identifier:
-        kinds = [k for k in ("external_id", "platform_id", "email", "phone") if getattr(self, k)]
-        if (self.alias_name is None) != (self.alias_label is None):
-            raise ValueError("'alias_name' and 'alias_label' go together")
-        if self.alias_name:
-            kinds.append("user_alias")
-        if len(kinds) != 1:
+        if len(self.kinds()) != 1:
             raise ValueError(
                 "name exactly one identifier: external_id, alias_name + alias_label, "
                 "platform_id, email or phone"
@@ -157,16 +147,7 @@ class Identifier(_Frozen):
 
     @property
     def kind(self) -> IdentifierKind:
-        for k in ("external_id", "platform_id", "email", "phone"):
-            if getattr(self, k):
-                return k
-        return "user_alias"
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        if self.alias_name and self.alias_label:
-            return (self.alias_name, self.alias_label)
-        return (str(getattr(self, self.kind)),)
+        return self.kinds()[0][0]
 
 
 class TrackGroup(_Frozen):
