@@ -230,6 +230,10 @@ class Sender:
             reason = f"internal error while sending: {type(exc).__name__}"
             counts["in_doubt"] += len(items)
             return Settlement(req_no, "in_doubt", 0, in_doubt=rows(reason), reason=reason)
+        if outcome.unmapped_errors:
+            log.warning("integration %s: request %s: the service reported %d errors that name "
+                        "no item of the request: %s", self.ctx.integration, req_no,
+                        len(outcome.unmapped_errors), "; ".join(outcome.unmapped_errors[:3]))
         if outcome.kind == "ok":
             failed = [(f"req{req_no}:{k}", items[k].key, reason)
                       for k, reason in sorted(outcome.item_errors.items())]
