@@ -161,8 +161,9 @@ def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
     try:
         with engine.connect() as conn:
             resolved = resolve_columns(conn, spec)
-            query: sa.Select[Any] = sa.select(sa.column(resolved[spec.cursor_column])).select_from(
-                _source(spec)).limit(1)
+            cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
+            query: sa.Select[Any] = (
+                sa.select(cursor).select_from(_source(spec)).where(cursor.is_not(None)).limit(1))
             return conn.scalar(query)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(

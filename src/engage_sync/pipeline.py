@@ -213,7 +213,7 @@ class _Run:
     # opening -------------------------------------------------------------------------------
     def _window(self) -> tuple[str, Window, list[JournalEntry]]:
         state, name, mode = self.deps.state, self.i.name, self.options.mode
-        self.stored = state.cursor(name) if self.lookback else None
+        self.stored = state.cursor(name)
         resumed = state.unfinished_run(name, mode, self.options.scope)
         if resumed is not None:
             run_id = resumed["run_id"]
@@ -375,8 +375,10 @@ class _Run:
     def _stream(self, window: Window, done: list[JournalEntry]) -> None:
         state, name, counts = self.deps.state, self.i.name, self.counts
         progress = Progress(window.start)
-        skips = deque(e for e in done if e.start is None or window.start is None
-                      or tuple(e.end) > tuple(window.start))
+        # in source order (the journal's order is not: a resumed run's requests refill gaps)
+        skips = deque(sorted((e for e in done if e.start is None or window.start is None
+                              or tuple(e.end) > tuple(window.start)),
+                             key=lambda e: tuple(e.end)))
         packer = self.packer()
         sender = self._sender(progress)
         req_no = max((e.req_no for e in done), default=0)
@@ -438,6 +440,9 @@ class _Run:
             elif end is not None and end != segment_start:
                 progress.add(Segment(segment_start, end, settled=True))
             sender.drain()
+        except SyncError:
+            sender.settle_in_flight()
+            raise
         finally:
             sender.close()
 

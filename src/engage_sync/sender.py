@@ -82,11 +82,9 @@ class Progress:
         return self.position if moved else None
 
 
-def _never_sent(future: Future[Any]) -> bool:
-    if future.exception() is not None:
-        return False
-    delivery = future.result()
-    return bool(delivery.outcome.kind == "fatal" and delivery.attempts == 0)
+def _refused(future: Future[Any]) -> bool:
+    """The service refused the credentials (401/403): the request was not processed."""
+    return future.exception() is None and future.result().outcome.kind == "fatal"
 
 
 class FatalStop(SyncError):
@@ -189,9 +187,9 @@ class Sender:
                 self.users[u] -= 1
                 if not self.users[u]:
                     del self.users[u]
-            if _never_sent(future):
-                # refused before leaving, after an earlier 401/403: not settled, so the cursor
-                # stops before it and the next run sends it
+            if _refused(future):
+                # 401/403 (or refused unsent after one): nothing was processed. Not settled,
+                # so the cursor stops before it and the next run sends it again.
                 self.fatal = self.fatal or future.result().outcome.reason
                 continue
             self.unsaved.append((segment, self._settlement(segment, future)))
@@ -244,8 +242,6 @@ class Sender:
             counts["in_doubt"] += len(items)
             return Settlement(req_no, "in_doubt", 0, in_doubt=rows(outcome.reason),
                               reason=outcome.reason)
-        if outcome.kind == "fatal":
-            self.fatal = outcome.reason
         counts["failed"] += len(items)
         return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
                           reason=outcome.reason)
@@ -259,6 +255,14 @@ class Sender:
         self._save()
         if self.fatal:
             raise FatalStop(self.fatal)
+
+    def settle_in_flight(self) -> None:
+        """After an error elsewhere (the warehouse failed mid-window): send nothing more, wait
+        for the requests in flight and save how they ended, so none is left pending."""
+        self.queue = []
+        while self.in_flight:
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+        self._save()
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,139 @@
+"""Edges of crash-safety found in review: resumes whose journal is out of source order, a 401
+mid-run, a warehouse failure mid-run, and a full resync next to the incremental cursor."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import engage_sync.pipeline as pipeline
+from engage_sync.errors import SourceError, SyncError
+from engage_sync.pipeline import RunOptions
+from engage_sync.runner import sync_file
+from engage_sync.state import JournalEntry, Settlement, StateStore
+from tests.integration.conftest import (
+    T0,
+    Service,
+    Warehouse,
+    event_rows,
+    events_table,
+    integration_body,
+    write_integration,
+)
+
+STEP = timedelta(milliseconds=500)
+
+
+def _events(wh: Warehouse, svc: Service, tmp_path: Path, n: int = 600, **extra: Any) -> Path:
+    events_table(wh)
+    wh.insert("events_sync", event_rows(n, users=60, step=STEP))
+    return write_integration(tmp_path, "events", integration_body(
+        wh, svc, "events", "events_sync", **extra))
+
+
+def _end(k: int) -> tuple[Any, ...]:
+    """End cursor of the k-th range of 75 rows (1-based)."""
+    i = k * 75 - 1
+    return (T0 + i * STEP, f"e{i:06d}")
+
+
+def _ranges_of(ids: Counter[str]) -> set[int]:
+    return {int(e[1:]) // 75 + 1 for e in ids}
+
+
+def test_a_resume_skips_settled_ranges_whatever_their_journal_order(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _events(warehouse, service, tmp_path, in_doubt="resend",
+                   service={"max_in_flight": 4})
+    # the journal two crashes leave: session 1 settled ranges 1, 3, 5 and left 2, 4 pending;
+    # session 2 re-sent range 2 as request 6 (pending at its crash) and range 4 as request 7
+    run = state.open_run("events", "incremental", None, datetime(2026, 1, 2))
+    layout = {1: (1, "acked"), 2: (2, "pending"), 3: (3, "acked"), 4: (4, "pending"),
+              5: (5, "acked"), 6: (2, "pending"), 7: (4, "acked")}
+    for req, (rng, how) in layout.items():
+        start = None if rng == 1 else _end(rng - 1)
+        state.journal_pending(run, [JournalEntry(req, start, _end(rng), 75)])
+        if how == "acked":
+            state.settle(run, "events", [Settlement(req, "acked", 75)])
+    state.advance(run, "events", _end(1))
+
+    record = sync_file(path, store=state).record
+    assert record is not None
+    assert _ranges_of(Counter(service.event_ids())) == {2, 6, 7, 8}
+    assert record["rows_read"] == record["rows_synced"] == 600  # 4 ranges before, 4 now
+
+
+def test_a_401_mid_run_leaves_the_refused_rows_for_the_next_run(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, sandbox_key: str,
+) -> None:
+    path = _events(warehouse, service, tmp_path, n=300, service={"max_in_flight": 1})
+    monkeypatch.setenv("ENGAGE_API_KEY", "a-rotated-key-0000")
+    with pytest.raises(SyncError):
+        sync_file(path, store=state)
+    assert service.event_ids() == []
+    monkeypatch.setenv("ENGAGE_API_KEY", sandbox_key)
+    record = sync_file(path, store=state).record
+    assert record is not None and record["rows_synced"] == 300
+    ids = Counter(service.event_ids())
+    assert len(ids) == 300 and max(ids.values()) == 1
+
+
+def test_a_warehouse_failure_mid_run_settles_what_was_in_flight(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = _events(warehouse, service, tmp_path, n=300, in_doubt="skip",
+                   extract_batch_rows=100, service={"max_in_flight": 2})
+    real = pipeline.stream_batches
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        for n, batch in enumerate(real(*args, **kwargs)):
+            if n == 2:
+                raise SourceError("integration events: reading table events_sync failed")
+            yield batch
+
+    service.faults([{"path": "/users/track", "action": "delay", "nth": [2],
+                     "delay_seconds": 1}])
+    monkeypatch.setattr(pipeline, "stream_batches", failing)
+    with pytest.raises(SourceError):
+        sync_file(path, store=state)
+    monkeypatch.setattr(pipeline, "stream_batches", real)
+    service.faults([])
+    sent_before = len(service.event_ids())
+    assert sent_before == 150  # two requests: the delayed one was waited for, not abandoned
+
+    record = sync_file(path, store=state).record
+    assert record is not None and record["rows_synced"] == 300 - sent_before
+    ids = Counter(service.event_ids())
+    assert len(ids) == 300 and max(ids.values()) == 1  # at most once held across the error
+
+
+def test_a_full_resync_never_moves_the_cursor_backwards(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = _events(warehouse, service, tmp_path, n=300, extract_batch_rows=100,
+                   service={"max_in_flight": 1})
+    sync_file(path, store=state)
+    top = state.cursor("events")
+    real = pipeline.stream_batches
+
+    def stopping(*args: Any, **kwargs: Any) -> Any:
+        for n, batch in enumerate(real(*args, **kwargs)):
+            if n == 2:
+                raise KeyboardInterrupt  # the full resync is stopped after two requests
+            yield batch
+
+    monkeypatch.setattr(pipeline, "stream_batches", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        sync_file(path, store=state, options=RunOptions(mode="full_resync"))
+    monkeypatch.setattr(pipeline, "stream_batches", real)
+    assert state.cursor("events") == top
+    record = sync_file(path, store=state).record
+    assert record is not None and record["rows_read"] == 0
