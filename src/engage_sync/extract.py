@@ -92,7 +92,28 @@ def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
     return resolved
 
 
-def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window) -> sa.Select[Any]:
+_PG_TEXT_TYPES = {19, 25, 1042, 1043}  # name, text, char(n), varchar: OIDs of PostgreSQL
+
+
+def binary_ordered(conn: Connection, spec: SourceSpec, resolved: dict[str, str]) -> frozenset[str]:
+    """Order columns of text type on PostgreSQL, to be ordered by their bytes (COLLATE "C").
+
+    engage-sync compares cursors in Python (resume, lookback, backfill ranges), where text
+    sorts by code point; a column collated by language rules (en_US, ICU) sorts 'a, B, c' in
+    SQL but 'B, a, c' in Python, and a resume would skip or repeat rows. Byte order of UTF-8
+    is code-point order, so "C" makes both agree. Other dialects used here compare text
+    binarily by default."""
+    if conn.dialect.name != "postgresql":
+        return frozenset()
+    order = [spec.cursor_column, *spec.key_columns]
+    columns: list[sa.ColumnElement[Any]] = [sa.column(resolved[c]).label(c) for c in order]
+    probe: sa.Select[Any] = sa.select(*columns).select_from(_source(spec)).limit(0)
+    description = conn.execute(probe).cursor.description or ()
+    return frozenset(str(d[0]) for d in description if d[1] in _PG_TEXT_TYPES)
+
+
+def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
+                binary: frozenset[str] = frozenset()) -> sa.Select[Any]:
     """The ordered, windowed SELECT. The compound-cursor predicate is spelled out with OR/AND
     (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
     src = _source(spec)
@@ -100,7 +121,10 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window) -> s
     def col(name: str) -> sa.ColumnClause[Any]:
         return sa.column(resolved[name])
 
-    order = [col(spec.cursor_column), *(col(k) for k in spec.key_columns)]
+    def ordered(name: str) -> sa.ColumnElement[Any]:
+        return col(name).collate("C") if name in binary else col(name)
+
+    order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
     query = sa.select(*(col(c).label(c) for c in spec.columns)).select_from(src)
     if window.start is not None:
         query = query.where(_after(order, window.start))
@@ -130,7 +154,7 @@ def stream_batches(
     try:
         with engine.connect() as conn:
             resolved = resolve_columns(conn, spec)
-            query = build_query(spec, resolved, window)
+            query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
             if engine.dialect.name == "duckdb":
                 yield from _duckdb_batches(conn, query, batch_rows)
             else:
@@ -146,7 +170,8 @@ def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
     try:
         with engine.connect() as conn:
             resolved = resolve_columns(conn, spec)
-            inner = build_query(spec, resolved, window).order_by(None).subquery("w")
+            inner = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved)
+                                ).order_by(None).subquery("w")
             return int(conn.scalar(sa.select(sa.func.count()).select_from(inner)) or 0)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(

@@ -137,3 +137,33 @@ def test_a_full_resync_never_moves_the_cursor_backwards(
     assert state.cursor("events") == top
     record = sync_file(path, store=state).record
     assert record is not None and record["rows_read"] == 0
+
+
+def test_text_keys_are_read_in_the_order_python_compares_them(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """A key column collated by language rules (ICU) sorts 'a, B, c' in SQL but 'B, a, c' in
+    Python, where resumes, lookback and backfills compare cursors: the extract orders text by
+    bytes so both agree, and continues after a cursor in that same order."""
+    import sqlalchemy as sa
+
+    from engage_sync.extract import SourceSpec, Window, stream_batches
+
+    engine = sa.create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS icu_keys")
+        conn.exec_driver_sql('CREATE TABLE icu_keys (event_id VARCHAR COLLATE "und-x-icu", '
+                             "updated_at TIMESTAMP)")
+        for key in ["a", "B", "c", "D", "é", "E"]:
+            conn.exec_driver_sql("INSERT INTO icu_keys VALUES (%s, %s)", (key, T0))
+    spec = SourceSpec("icu", "icu_keys", None, None, "UPDATED_AT", ("EVENT_ID",),
+                      ("UPDATED_AT", "EVENT_ID"))
+
+    def keys(window: Window) -> list[str]:
+        return [r["EVENT_ID"] for b in stream_batches(engine, spec, window, 100)
+                for r in b.to_pylist()]
+
+    everything = keys(Window(start=None, signpost=None))
+    assert everything == sorted(everything) == ["B", "D", "E", "a", "c", "é"]
+    assert keys(Window(start=(T0, "D"), signpost=None)) == ["E", "a", "c", "é"]
+    engine.dispose()
