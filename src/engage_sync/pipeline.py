@@ -40,7 +40,13 @@ from engage_sync.model import Item
 from engage_sync.ranges import Ranges
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.sender import REJECTED, Progress, RunContext, Segment, Sender, digest, stamp
-from engage_sync.state import JournalEntry, StateStore, decode_cursor, encode_cursor
+from engage_sync.state import (
+    JournalEntry,
+    StateStore,
+    decode_cursor,
+    encode_cursor,
+    owner_alive,
+)
 from engage_sync.status import job_status, record
 from engage_sync.transform import transform_batch
 
@@ -217,6 +223,10 @@ class _Run:
         resumed = state.unfinished_run(name, mode, self.options.scope)
         if resumed is not None:
             run_id = resumed["run_id"]
+            if owner_alive(resumed.get("owner")):
+                raise RunRefused(
+                    f"integration {name}: run {resumed['seq']} is still in progress in process "
+                    f"{resumed['owner']}; wait for it (one run per integration at a time)")
             state.take_over(run_id)
             if self.resend_in_doubt:
                 state.drop_pending(run_id)

@@ -183,6 +183,25 @@ def owner_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def owner_alive(owner: str | None) -> bool:
+    """Whether the process that owns a run is alive on this host (another process than this).
+
+    Owners on other hosts cannot be checked from here and count as gone: across hosts, keep
+    one run per integration with a Prefect concurrency limit on the deployment."""
+    if not owner or ":" not in owner:
+        return False
+    host, _, pid_text = owner.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class StateStore:
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 

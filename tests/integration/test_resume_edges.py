@@ -167,3 +167,30 @@ def test_text_keys_are_read_in_the_order_python_compares_them(
     assert everything == sorted(everything) == ["B", "D", "E", "a", "c", "é"]
     assert keys(Window(start=(T0, "D"), signpost=None)) == ["E", "a", "c", "é"]
     engine.dispose()
+
+
+def test_a_run_still_in_progress_on_this_host_is_not_taken_over(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from engage_sync.errors import RunRefused
+    from engage_sync.state import runs
+
+    path = _events(warehouse, service, tmp_path, n=100)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = state.open_run("events", "incremental", None, datetime(2026, 1, 2))
+        with state.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run).values(
+                owner=f"{socket.gethostname()}:{other.pid}"))
+        with pytest.raises(RunRefused, match="still in progress"):
+            sync_file(path, store=state)
+        assert service.requests() == []
+    finally:
+        other.kill()
+        other.wait()
+    record = sync_file(path, store=state).record  # its owner is gone: resumed
+    assert record is not None and record["rows_synced"] == 100
