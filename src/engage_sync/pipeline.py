@@ -204,6 +204,7 @@ class _Run:
         self.track = kinds.is_track(integration)
         self.lookback = integration.lookback if options.mode == "incremental" else None
         self.stored: Cursor | None = None  # the integration's cursor when the run opened
+        self.crashed: set[int] = set()  # resumed, skip policy: requests in flight at the crash
         # a backfill of events skips what incremental runs sent or will send (rows above their
         # cursor), unless told to resend
         self.already_sent: Ranges | None = None
@@ -230,7 +231,9 @@ class _Run:
             state.take_over(run_id)
             if self.resend_in_doubt:
                 state.drop_pending(run_id)
-            else:
+            else:  # at most once: what was in flight at the crash is in doubt, not re-sent
+                self.crashed = {e.req_no for e in state.journal_entries(run_id)
+                                if e.state == "pending"}
                 state.mark_pending_in_doubt(run_id)
             signpost = decode_cursor(resumed["signpost"])
             floor = decode_cursor(resumed["floor"])
@@ -398,6 +401,7 @@ class _Run:
         last_k = 0
         last_fixed: Cursor | None = None
         stamp_of: dict[int, str] = {}  # lookback: cursor stamp of each item not yet sent
+        in_doubt: list[tuple[str, str, str]] = []
 
         def last() -> Cursor | None:
             return last_rows.cursor(last_k) if last_rows is not None else last_fixed
@@ -426,6 +430,10 @@ class _Run:
                         entry = skips[0] if skips else None
                         if entry and (entry.start is None or tuple(entry.start) < cursor):
                             # inside a range the journal settled: cut before it, skip the row
+                            if entry.req_no in self.crashed and isinstance(o, Item):
+                                in_doubt.append((f"crash:{encode_cursor(cursor)}", o.key,
+                                                 "the run stopped while the request was in "
+                                                 "flight"))
                             send(packer.flush(), last())
                             if last() != tuple(entry.end):
                                 progress.add(Segment(entry.start, tuple(entry.end),
@@ -443,6 +451,9 @@ class _Run:
                     else:
                         counts["rejected"] += 1
                     last_rows, last_k = rows, k
+                if in_doubt:  # name the rows of requests in flight at a crash, once known
+                    state.record_errors(self.run_id, name, "in_doubt", in_doubt)
+                    in_doubt = []
             end = last()
             batch = packer.flush()
             if batch is not None:

@@ -420,6 +420,13 @@ class StateStore:
                      reason="the run stopped while the request was in flight")).rowcount
 
     # row errors ----------------------------------------------------------------------------
+    def record_errors(self, run_id: str, integration: str, kind: str,
+                      rows: Iterable[tuple[str, str, str]]) -> None:
+        """Row errors of one kind as (position, row key, reason); recording one twice is a
+        no-op."""
+        with self.engine.begin() as conn:
+            self._insert_errors(conn, run_id, integration, kind, list(rows))
+
     def record_rejects(self, run_id: str, integration: str,
                        rejects: Iterable[tuple[str, str, str]]) -> None:
         """Rejects as (position, row key, reason); position is the encoded row cursor."""

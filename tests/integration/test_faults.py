@@ -7,7 +7,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from engage_sync.runner import sync_file
+from engage_sync.runner import open_state, sync_file
 from engage_sync.state import StateStore
 from tests.integration.conftest import (
     T0,
@@ -120,6 +120,9 @@ def test_sigkill_with_skip_policy_counts_the_request_in_flight_as_in_doubt(
     ids = Counter(service.event_ids())
     assert max(ids.values()) == 1
     assert set(ids) == {f"e{i:06d}" for i in range(600)} - _batch_ids(4)
+    named = {e["row_key"] for e in open_state(state_url).errors("events", limit=1000)
+             if e["kind"] == "in_doubt"}
+    assert named == _batch_ids(4)  # the rows in doubt are named, not only counted
 
 
 def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
