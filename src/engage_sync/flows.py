@@ -96,8 +96,9 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
-def _progress_logger() -> Any:
-    logger = get_run_logger()
+def _progress_logger(logger: Any = None) -> Any:
+    """Every 2 s at most: rows read, requests, synced, failed, rejected, in doubt so far."""
+    logger = logger or get_run_logger()
     last = [0.0]
 
     def report(counts: dict[str, int]) -> None:
@@ -293,7 +294,8 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                                 state_url=state_url)
     store = open_state(state_url)
     outcome = sync_file(path, options=run_options(mode, start, end, dry_run, resend_events,
-                                                  allow_deletes), store=store)
+                                                  allow_deletes), store=store,
+                        on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
     if outcome.dry_run is not None:
         d = outcome.dry_run
         return {"rows": d.rows, "requests": d.requests, "rejects": d.rejects}
