@@ -28,7 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from engage_sync import retention
 from engage_sync.config import load_integration
 from engage_sync.errors import ConfigError, SyncError
-from engage_sync.pipeline import RunOptions
+from engage_sync.pipeline import DryRun, RunOptions
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.runner import open_state, sync_file
 from engage_sync.state import StateStore
@@ -96,6 +96,14 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
+def dry_run_summary(integration: str, d: DryRun) -> dict[str, Any]:
+    """What a dry run would send: counts, the first 100 rejects (keys and reasons) and a sample
+    of objects (for deletes: every identifier that would be deleted)."""
+    return {"integration": integration, "dry_run": True, "rows": d.rows,
+            "requests": d.requests, "rejects": [list(r) for r in d.rejects[:100]],
+            "sample": [b.decode() for b in d.sample]}
+
+
 def _progress_logger(logger: Any = None) -> Any:
     """Every 2 s at most: rows read, requests, synced, failed, rejected, in doubt so far."""
     logger = logger or get_run_logger()
@@ -155,9 +163,7 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
         d = outcome.dry_run
         logger.info("dry run of %s: %s rows, %s requests, %s rejects", outcome.integration,
                     d.rows, d.requests, len(d.rejects))
-        return {"integration": outcome.integration, "dry_run": True, "rows": d.rows,
-                "requests": d.requests, "rejects": [list(r) for r in d.rejects[:100]],
-                "sample": [b.decode() for b in d.sample]}
+        return dry_run_summary(outcome.integration, d)
     record = dict(outcome.record or {})
     reason = alert_reason(record, load_integration(path).failed_rows_alert_share)
     if reason and not record.get("message") and "run_id" in record:
@@ -298,6 +304,6 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                         on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
     if outcome.dry_run is not None:
         d = outcome.dry_run
-        return {"rows": d.rows, "requests": d.requests, "rejects": d.rejects}
+        return dry_run_summary(outcome.integration, d)
     retention.prune(store)
     return outcome.record
