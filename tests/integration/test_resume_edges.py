@@ -194,3 +194,37 @@ def test_a_run_still_in_progress_on_this_host_is_not_taken_over(
         other.wait()
     record = sync_file(path, store=state).record  # its owner is gone: resumed
     assert record is not None and record["rows_synced"] == 100
+
+
+def test_state_on_postgresql_for_teams(
+    warehouse: Warehouse, service: Service, tmp_path: Path, postgres_url: str,
+) -> None:
+    """The state database may be PostgreSQL: cursors, journal, row errors (upserts), lookback
+    acks, status pages and a resume all work on it."""
+    import sqlalchemy as sa
+
+    from engage_sync.runner import open_state
+    from engage_sync.status import page
+
+    schema = f"state_{warehouse.name}"
+    admin = sa.create_engine(postgres_url)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    state = open_state(f"{postgres_url}?options=-csearch_path%3D{schema}")
+    path = _events(warehouse, service, tmp_path, n=300, lookback="1h",
+                   service={"max_in_flight": 2})
+    warehouse.insert("events_sync", [{"event_id": "bad", "updated_at": T0,
+                                      "external_id": None, "payload": "{}"}])
+    first = sync_file(path, store=state).record
+    assert first is not None
+    assert (first["rows_read"], first["rows_synced"], first["rows_rejected"]) == (301, 300, 1)
+    second = sync_file(path, store=state).record  # lookback re-reads, acks filter everything
+    assert second is not None and second["rows_read"] == 0
+    assert [e["row_key"] for e in state.errors("events")] == ["bad"]
+    assert len(page(state, "events", None).results) == 2
+    assert Counter(service.event_ids()).most_common(1)[0][1] == 1
+    state.engine.dispose()
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()
