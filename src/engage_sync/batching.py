@@ -51,10 +51,6 @@ class Packer(Protocol):
     def flush(self) -> Batch | None: ...
 
 
-def item_fits_alone(item: Item, limits: TrackLimits) -> bool:
-    return len(item.blob) + _OVERHEAD <= limits.max_body_bytes
-
-
 class TrackPacker:
     """Incremental greedy packer: `add` returns a full batch when the item does not fit the
     current one (the item then starts the next), `flush` returns what is pending."""

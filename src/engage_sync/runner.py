@@ -23,7 +23,6 @@ from engage_sync.errors import ConfigError
 from engage_sync.pipeline import Deps, DryRun, RunOptions, dry_run, run_sync
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
-from engage_sync.status import record
 
 log = logging.getLogger("engage_sync.runner")
 
@@ -147,8 +146,3 @@ def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:
     run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
                             message=str(exc))
     store.finish_run(run_id, "config_error", message=str(exc))
-
-
-def latest_record(store: StateStore, integration: str) -> dict[str, Any] | None:
-    rows = store.runs_newest_first(integration, 0, 1)
-    return record(rows[0]) if rows else None
