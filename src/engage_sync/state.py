@@ -294,8 +294,43 @@ class StateStore:
                 rows_synced=counts.synced, rows_failed_with_errors=counts.failed,
                 rows_in_doubt=counts.in_doubt, rows_rejected=counts.rejected,
             ))
+        self.compact_journal(run_id)
 
     # journal -------------------------------------------------------------------------------
+    def compact_journal(self, run_id: str) -> int:
+        """Merge a finished run's acknowledged, error-free requests that follow each other in
+        the source order into one entry: the ranges (which backfills consult) and the counts
+        stay the same, and the journal grows by a few rows per run, not one per request.
+        Returns the number of entries removed."""
+        with self.engine.begin() as conn:
+            rows = conn.execute(sa.select(
+                journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
+                journal.c.state, journal.c.failed, journal.c.in_doubt,
+                journal.c.item_count, journal.c.synced,
+            ).where(journal.c.run_id == run_id)).all()
+            ordered = sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
+            groups: list[list[Any]] = []
+            for r in ordered:
+                clean = r.state == "acked" and not r.failed and not r.in_doubt
+                prev = groups[-1][-1] if groups else None
+                if (clean and prev is not None and prev.state == "acked" and not prev.failed
+                        and not prev.in_doubt and r.start_cursor == prev.end_cursor):
+                    groups[-1].append(r)
+                else:
+                    groups.append([r])
+            removed: list[int] = []
+            for group in (g for g in groups if len(g) > 1):
+                conn.execute(journal.update().where(
+                    journal.c.run_id == run_id, journal.c.req_no == group[0].req_no,
+                ).values(end_cursor=group[-1].end_cursor,
+                         item_count=sum(r.item_count for r in group),
+                         synced=sum(r.synced for r in group)))
+                removed += [r.req_no for r in group[1:]]
+            for i in range(0, len(removed), 500):
+                conn.execute(journal.delete().where(
+                    journal.c.run_id == run_id, journal.c.req_no.in_(removed[i:i + 500])))
+        return len(removed)
+
     def journal_pending(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
         """Record requests before they are sent (rule 4), in one transaction."""
         if not entries:

@@ -228,3 +228,21 @@ def test_state_on_postgresql_for_teams(
     with admin.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
     admin.dispose()
+
+
+def test_a_finished_run_keeps_one_journal_entry_per_stretch_of_acknowledged_requests(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _events(warehouse, service, tmp_path, n=600, in_doubt="skip",
+                   service={"max_in_flight": 1})
+    service.faults([{"path": "/users/track", "action": "500", "nth": [4]}])
+    record = sync_file(path, store=state).record
+    assert record is not None
+    assert (record["rows_synced"], record["rows_in_doubt"]) == (525, 75)
+    run_id = str(record["run_id"])
+    entries = state.journal_entries(run_id)
+    # requests 1-3 acknowledged, 4 in doubt, 5-8 acknowledged: three entries, same coverage
+    assert [(e.state, e.items) for e in entries] == [
+        ("acked", 225), ("in_doubt", 75), ("acked", 300)]
+    assert entries[0].start is None and entries[-1].end == _end(8)
+    assert state.counts(run_id).synced == 525
