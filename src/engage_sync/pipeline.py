@@ -17,7 +17,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
@@ -49,6 +49,7 @@ from engage_sync.state import (
 )
 from engage_sync.status import job_status, record
 from engage_sync.transform import transform_batch
+from engage_sync.window import align, backfill_window, incremental_window
 
 log = logging.getLogger("engage_sync.pipeline")
 
@@ -157,28 +158,6 @@ def data_columns(integration: Integration) -> list[str]:
     return cols
 
 
-def align(value: datetime, sample: Any) -> Any:
-    """A UTC datetime (naive = UTC) in the form of the source's cursor values (aware, naive
-    UTC or text)."""
-    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    if isinstance(sample, datetime):
-        return value if sample.tzinfo is not None else value.replace(tzinfo=None)
-    if isinstance(sample, str):
-        sep = " " if len(sample) > 10 and sample[10] == " " else "T"
-        return value.replace(tzinfo=None).isoformat(sep=sep)
-    return value
-
-
-def shift(value: Any, delta: timedelta) -> Any:
-    """A cursor value moved back by `delta`, in the value's own type."""
-    if isinstance(value, datetime):
-        return value - delta
-    if isinstance(value, str):
-        sep = " " if len(value) > 10 and value[10] == " " else "T"
-        return (datetime.fromisoformat(value) - delta).isoformat(sep=sep)
-    raise ValueError(f"lookback needs a timestamp cursor, not {type(value).__name__}")
-
-
 def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions()
              ) -> dict[str, Any]:
     """Run (or resume) one sync and return its status record."""
@@ -252,24 +231,15 @@ class _Run:
         return run_id, window, []
 
     def _new_window(self) -> Window:
-        now = self.deps.clock()
+        now, lag = self.deps.clock(), self.i.settle_lag
         sample = sample_cursor(self.deps.engine, self.spec)
         if self.options.mode == "backfill":
-            floor = self.options.start
-            return Window(
-                start=None,
-                signpost=align(now - self.i.settle_lag, sample),
-                floor=align(floor, sample) if floor else None,
-                before=self._before(sample),
-            )
-        start = None if self.options.mode == "full_resync" else self.deps.state.cursor(self.i.name)
-        signpost = align(now - self.i.settle_lag, sample)
-        if self.lookback and start is not None:
-            # re-read the trailing period; rows acknowledged before are filtered out by acks
-            floor = shift(start[0], self.lookback)
-            self.deps.state.prune_acks(self.i.name, stamp(floor))
-            return Window(start=None, signpost=signpost, floor=floor)
-        return Window(start=start, signpost=signpost)
+            return backfill_window(self.options.start, self.options.end, now, lag, sample)
+        stored = None if self.options.mode == "full_resync" else self.deps.state.cursor(self.i.name)
+        window = incremental_window(stored, now, lag, self.lookback, sample)
+        if window.floor is not None:  # lookback: acks below the re-read period are not needed
+            self.deps.state.prune_acks(self.i.name, stamp(window.floor))
+        return window
 
     def _check_delete_cap(self, window: Window) -> None:
         """Deletes are irreversible: refuse a run above `max_deletes` before sending anything,
@@ -285,13 +255,12 @@ class _Run:
                 f"max_deletes ({cap}); nothing was sent. Check the source, then raise "
                 f"max_deletes or rerun with --allow-deletes {rows}")
 
-    def _before(self, sample: Any = None) -> Any:
+    def _before(self) -> Any:
+        """A resumed backfill's exclusive end, in the source's cursor type."""
         end = self.options.end if self.options.mode == "backfill" else None
         if end is None:
             return None
-        if sample is None:
-            sample = sample_cursor(self.deps.engine, self.spec)
-        return align(end, sample)
+        return align(end, sample_cursor(self.deps.engine, self.spec))
 
     # the run -------------------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
