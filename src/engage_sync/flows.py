@@ -150,8 +150,18 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
             ) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, or a dry run's summary.
     Raises SyncAlert when the run needs attention."""
-    logger = get_run_logger()
     store = open_state(state_url)
+    try:
+        return _run_one(store, integration, mode, start, end, dry_run, resend_events,
+                        config_dir, budgets, allow_deletes)
+    finally:
+        store.engine.dispose()  # a serving process runs many flows: release its connections
+
+
+def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | None,
+             end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
+             budgets: RateBudgets | None, allow_deletes: int | None) -> dict[str, Any]:
+    logger = get_run_logger()
     try:
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes)
         path = resolve_integration(integration, config_dir)
@@ -299,11 +309,14 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                                 resend_events=resend_events, allow_deletes=allow_deletes,
                                 state_url=state_url)
     store = open_state(state_url)
-    outcome = sync_file(path, options=run_options(mode, start, end, dry_run, resend_events,
-                                                  allow_deletes), store=store,
-                        on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
-    if outcome.dry_run is not None:
-        d = outcome.dry_run
-        return dry_run_summary(outcome.integration, d)
-    retention.prune(store)
-    return outcome.record
+    try:
+        outcome = sync_file(
+            path, options=run_options(mode, start, end, dry_run, resend_events, allow_deletes),
+            store=store,
+            on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
+        if outcome.dry_run is not None:
+            return dry_run_summary(outcome.integration, outcome.dry_run)
+        retention.prune(store)
+        return outcome.record
+    finally:
+        store.engine.dispose()
