@@ -30,12 +30,11 @@ class DeliveryError(SyncError):
     """The service could not be reached or refused a request."""
 
 
-class RetryableDeliveryError(DeliveryError):
-    """Known not processed, or in doubt; safe to try again under the in-doubt policy."""
-
-
 class FatalDeliveryError(DeliveryError):
-    """The service refused the request for good (401, 403, 404, 413, 415, 400)."""
+    """The service refused the credentials or permissions (401, 403): the run stops.
+
+    Retryable and in-doubt answers are not exceptions: the delivery layer classifies them
+    into outcomes and retries or settles them (see classify.py)."""
 
 
 class RunRefused(SyncError):

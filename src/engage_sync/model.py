@@ -15,9 +15,6 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Literal
-
-TrackArray = Literal["attributes", "events", "purchases"]
 
 
 @dataclass(frozen=True, slots=True)

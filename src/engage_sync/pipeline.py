@@ -246,7 +246,7 @@ class _Run:
         unless the run allows at least that many (`allow_deletes`)."""
         if self.i.kind != "deletes":
             return
-        cap = int(getattr(self.i, "max_deletes", 1000))
+        cap = self.i.max_deletes
         rows = count_rows(self.deps.engine, self.spec, window)
         allowed = max(cap, self.options.allow_deletes or 0)
         if rows > allowed:

@@ -26,7 +26,7 @@ from typing import Any
 
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
-from engage_sync.errors import SyncError
+from engage_sync.errors import FatalDeliveryError
 from engage_sync.extract import Cursor
 from engage_sync.model import users_of
 from engage_sync.request import Request
@@ -87,7 +87,7 @@ def _refused(future: Future[Any]) -> bool:
     return future.exception() is None and future.result().outcome.kind == "fatal"
 
 
-class FatalStop(SyncError):
+class FatalStop(FatalDeliveryError):
     """The service refused the credentials or permissions: the run stops."""
 
 

@@ -147,10 +147,6 @@ class RunCounts:
     in_doubt: int = 0
     rejected: int = 0
 
-    @property
-    def read(self) -> int:
-        return self.synced + self.failed + self.in_doubt + self.rejected
-
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
