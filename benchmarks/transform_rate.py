@@ -18,7 +18,7 @@ import orjson
 import pyarrow as pa
 
 from engage_sync.config import parse_integration
-from engage_sync.transform import transform_batch
+from engage_sync.kinds.track_transform import transform_batch
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -1,34 +1,23 @@
-"""Pack items into requests that are as full as the limits allow (pure).
+"""Requests as every packer yields them, and the packer for list-shaped endpoints (pure).
 
-`Batch` is what every packer yields: a request body for one endpoint and the items in it, with
-their (input_array, index) positions. `Packer` is the protocol every kind's packer follows;
-`TrackPacker` packs /users/track requests.
+`Batch` is a request body for one endpoint and the items in it, with their (input_array,
+index) positions; its rate-limit group follows from the endpoint (`request.group_for`).
+`Packer` is the protocol every kind's packer follows.
 
-Invariants (checked by property tests):
-- every item given is in exactly one request, in the order given;
-- a request never holds more objects than `objects_per_request` in total (or per array, with
-  `per_array`), and its body is never longer than `max_body_bytes`;
-- a request is cut only when the next item would break a limit, so requests are full: the
-  number of requests is the minimum for the item order given.
+`ListPacker` invariants (property-tested): items stay in the order given and each is in
+exactly one batch; a batch holds a contiguous run of the items (the pipeline maps each batch
+to a range of the source order); a batch never holds more than `limit` items, never two items
+`compatible` says apart, and never two items sharing a `conflicts` key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from engage_sync.model import Item
-
-ARRAYS = ("attributes", "events", "purchases")
-_OVERHEAD = len(b'{"attributes":[],"events":[],"purchases":[]}')
-
-
-@dataclass(frozen=True, slots=True)
-class TrackLimits:
-    objects_per_request: int = 75
-    per_array: bool = False
-    max_body_bytes: int = 4_000_000
+from engage_sync.request import group_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +27,12 @@ class Batch:
     items: tuple[Item, ...]
     positions: tuple[tuple[str, int], ...]
     body: bytes
-    endpoint: str = "/users/track"
-    group: str = "users_track"
+    endpoint: str
+
+    @property
+    def group(self) -> str:
+        """The endpoint's rate-limit group."""
+        return group_for(self.endpoint)
 
 
 class Packer(Protocol):
@@ -51,80 +44,68 @@ class Packer(Protocol):
     def flush(self) -> Batch | None: ...
 
 
-class TrackPacker:
-    """Incremental greedy packer: `add` returns a full batch when the item does not fit the
-    current one (the item then starts the next), `flush` returns what is pending."""
+Built = tuple[bytes, tuple[tuple[str, int], ...]]
 
-    def __init__(self, limits: TrackLimits) -> None:
-        self.limits = limits
-        self._max_objects = limits.objects_per_request
-        self._max_bytes = limits.max_body_bytes
-        self._reset()
 
-    def _reset(self) -> None:
+def build_arrays(items: list[Item], always: tuple[str, ...] = ()) -> Built:
+    """`{"<array>": [blobs...], ...}`: arrays in first-appearance order (those in `always`
+    first, even when empty); positions index into each array."""
+    order = list(always)
+    by_array: dict[str, list[bytes]] = {a: [] for a in always}
+    positions = []
+    for item in items:
+        blobs = by_array.get(item.array)
+        if blobs is None:
+            blobs = by_array[item.array] = []
+            order.append(item.array)
+        positions.append((item.array, len(blobs)))
+        blobs.append(item.blob)
+    body = b"{" + b",".join(
+        b'"' + a.encode() + b'":[' + b",".join(by_array[a]) + b"]" for a in order) + b"}"
+    return body, tuple(positions)
+
+
+class ListPacker:
+    """Sequential packer for list-shaped endpoints.
+
+    A batch is cut before an item when the batch holds `limit` items, when `compatible(first,
+    item)` is False (for example another identifier kind), or when the item shares a
+    `conflicts` key with an item already in the batch (for example the same user).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        limit: int,
+        build: Callable[[list[Item]], Built],
+        *,
+        compatible: Callable[[Item, Item], bool] = lambda a, b: True,
+        conflicts: Callable[[Item], Iterable[str]] = lambda item: (),
+    ) -> None:
+        if limit < 1:
+            raise ValueError("a packer needs limit >= 1")
+        group_for(endpoint)  # an endpoint without a rate-limit group is a programming error
+        self.endpoint = endpoint
+        self.limit, self.build = limit, build
+        self.compatible, self.conflicts = compatible, conflicts
         self.pending: list[Item] = []
-        self.counts = dict.fromkeys(ARRAYS, 0)
-        self.size = _OVERHEAD
+        self.seen: set[str] = set()
 
     def add(self, item: Item) -> Batch | None:
-        """Raises ValueError for an item too large for any request (transform rejects those)."""
-        blob_len = len(item.blob)
-        if blob_len + _OVERHEAD > self._max_bytes:
-            raise ValueError(f"row {item.key}: object of {blob_len} bytes fits no request")
-        counts = self.counts
-        in_array = counts[item.array]
-        full = (in_array if self.limits.per_array else len(self.pending)) >= self._max_objects
-        extra = blob_len + 1 if in_array else blob_len
+        keys = set(self.conflicts(item))
         done = None
-        if self.pending and (full or self.size + extra > self._max_bytes):
+        if self.pending and (len(self.pending) >= self.limit
+                             or not self.compatible(self.pending[0], item)
+                             or not keys.isdisjoint(self.seen)):
             done = self.flush()
-            counts = self.counts
-            extra = blob_len
         self.pending.append(item)
-        counts[item.array] += 1
-        self.size += extra
+        self.seen |= keys
         return done
 
     def flush(self) -> Batch | None:
         if not self.pending:
             return None
-        batch = build_track(self.pending)
-        self._reset()
-        return batch
-
-
-def pack_track(items: Iterable[Item], limits: TrackLimits) -> Iterator[Batch]:
-    """All items packed greedily, in order."""
-    packer = TrackPacker(limits)
-    for item in items:
-        done = packer.add(item)
-        if done is not None:
-            yield done
-    last = packer.flush()
-    if last is not None:
-        yield last
-
-
-def build_track(items: list[Item]) -> Batch:
-    """Body with only the arrays that have items; positions index into each array."""
-    first = items[0].array
-    if all(item.array == first for item in items):  # the common case: one kind per integration
-        body = b'{"' + first.encode() + b'":[' + b",".join([i.blob for i in items]) + b"]}"
-        return Batch(items=tuple(items), positions=tuple((first, k) for k in range(len(items))),
-                     body=body)
-    by_array: dict[str, list[Item]] = {a: [] for a in ARRAYS}
-    for item in items:
-        by_array[item.array].append(item)
-    parts = []
-    positions: dict[int, tuple[str, int]] = {}
-    for array in ARRAYS:
-        group = by_array[array]
-        if not group:
-            continue
-        parts.append(b'"' + array.encode() + b'":[' + b",".join(i.blob for i in group) + b"]")
-        for index, item in enumerate(group):
-            positions[id(item)] = (array, index)
-    body = b"{" + b",".join(parts) + b"}"
-    return Batch(
-        items=tuple(items), positions=tuple(positions[id(i)] for i in items), body=body
-    )
+        items, self.pending, self.seen = self.pending, [], set()
+        body, positions = self.build(items)
+        return Batch(items=tuple(items), positions=positions, body=body,
+                     endpoint=self.endpoint)

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engage_sync.config_kinds import (
     KIND_SECTIONS,
@@ -27,11 +35,6 @@ from engage_sync.config_kinds import (
 )
 from engage_sync.errors import ConfigError
 
-Kind = Literal[
-    "attributes", "events", "purchases",
-    "subscriptions", "deletes", "identify", "merges", "alias_renames",
-]
-TRACK_KINDS: tuple[str, ...] = ("attributes", "events", "purchases")
 IdentifierKind = Literal["external_id", "user_alias", "platform_id", "email", "phone"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -205,7 +208,7 @@ class Integration(_Frozen):
     """
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")
-    kind: Kind
+    kind: str
     warehouse: Warehouse = Warehouse()
     source: Source
     cursor_column: str = "UPDATED_AT"
@@ -226,9 +229,25 @@ class Integration(_Frozen):
     alias_renames: AliasRenameSpec | None = None
     max_deletes: int = Field(default=1000, ge=0)
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        from engage_sync import kinds  # the kinds import this module
+
+        if value not in kinds.names():
+            raise ValueError(f"unknown kind {value!r}; the kinds are {', '.join(kinds.names())}")
+        return value
+
+    @property
+    def section(self) -> str | None:
+        """The config section the kind reads, or None for `payload` / `mapping` kinds."""
+        from engage_sync import kinds
+
+        return kinds.get(self.kind).section
+
     @model_validator(mode="after")
     def _format(self) -> Integration:
-        if self.kind not in TRACK_KINDS:
+        if self.section is not None:
             return self._kind_section()
         for section in KIND_SECTIONS:
             if getattr(self, section) is not None:
@@ -239,7 +258,7 @@ class Integration(_Frozen):
             m = self.mapping
             wanted = {"attributes": bool(m.attributes or m.subscription_groups),
                       "events": m.event is not None, "purchases": m.purchase is not None}
-            if not wanted[self.kind]:
+            if not wanted.get(self.kind, True):
                 needed = {"attributes": "attributes' or 'mapping.subscription_groups",
                           "events": "event", "purchases": "purchase"}
                 raise ValueError(f"kind '{self.kind}' needs 'mapping.{needed[self.kind]}'")
@@ -256,7 +275,7 @@ class Integration(_Frozen):
         for section in KIND_SECTIONS:
             if section != self.kind and getattr(self, section) is not None:
                 raise ValueError(f"'{section}' belongs to kind '{section}', not '{self.kind}'")
-        if self.kind != "deletes" and getattr(self, self.kind) is None:
+        if self.kind != "deletes" and getattr(self, str(self.section)) is None:
             raise ValueError(f"kind '{self.kind}' needs the '{self.kind}' section")
         if not self.row_key:
             problem = self.kind_spec.key_problem()
@@ -272,7 +291,7 @@ class Integration(_Frozen):
         """The section of a non-track kind (`deletes` defaults to the service's format)."""
         if self.kind == "deletes":
             return self.deletes or DeleteSpec()
-        spec = getattr(self, self.kind, None)
+        spec = getattr(self, self.section or "", None)
         if spec is None:
             raise ValueError(f"kind '{self.kind}' has no section of its own")
         return spec
@@ -310,7 +329,7 @@ class Integration(_Frozen):
         """
         if self.row_key:
             return self.row_key
-        if self.kind not in TRACK_KINDS:
+        if self.section is not None:
             return self.kind_spec.key_columns()
         if self.kind == "attributes" or self.mapping is not None:
             return self.identifier_columns

@@ -23,23 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.errors import SourceError
-
-Cursor = tuple[Any, ...]
-"""(cursor value, *key values): the position of a row in the total order of a source."""
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Rows with start < (cursor, key) and cursor <= signpost; start None = from the beginning.
-
-    `floor` (backfills, lookback) additionally requires cursor >= floor, and `before`
-    (backfills) cursor < before, so adjacent backfill chunks never share a row.
-    """
-
-    start: Cursor | None
-    signpost: Any
-    floor: Any = None
-    before: Any = None
+from engage_sync.progress import Cursor
+from engage_sync.window import Window
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,19 +15,19 @@ SQLite file by default, PostgreSQL by URL for teams. Invariants:
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
+
+from engage_sync.progress import decode_cursor, encode_cursor
 
 metadata = sa.MetaData()
 
@@ -104,40 +104,6 @@ acks = sa.Table(
 period: (row key, cursor value, content digest). Kept only for integrations with `lookback`."""
 
 SETTLED = ("acked", "failed", "in_doubt")
-
-
-def encode_cursor(cursor: Sequence[Any] | None) -> str | None:
-    """A cursor tuple → JSON text; datetimes are tagged so they decode to the same type."""
-    if cursor is None:
-        return None
-    return json.dumps([_enc(v) for v in cursor])
-
-
-def decode_cursor(text: str | None) -> tuple[Any, ...] | None:
-    if text is None:
-        return None
-    return tuple(_dec(v) for v in json.loads(text))
-
-
-def _enc(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return {"dt": value.isoformat()}
-    if isinstance(value, date):
-        return {"d": value.isoformat()}
-    if isinstance(value, Decimal):
-        return {"dec": str(value)}
-    return value
-
-
-def _dec(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "dt" in value:
-            return datetime.fromisoformat(value["dt"])
-        if "d" in value:
-            return date.fromisoformat(value["d"])
-        if "dec" in value:
-            return Decimal(value["dec"])
-    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,25 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engage_sync.extract import Cursor, Window
+from engage_sync.progress import Cursor
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Rows with start < (cursor, key) and cursor <= signpost; start None = from the beginning.
+
+    `floor` (backfills, lookback) additionally requires cursor >= floor, and `before`
+    (backfills) cursor < before, so adjacent backfill chunks never share a row.
+    """
+
+    start: Cursor | None
+    signpost: Any
+    floor: Any = None
+    before: Any = None
 
 
 def align(value: datetime, sample: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import engage_sync.pipeline as pipeline
+import engage_sync.reading as reading
 from engage_sync.errors import SourceError, SyncError
 from engage_sync.pipeline import RunOptions
 from engage_sync.runner import sync_file
@@ -90,7 +90,7 @@ def test_a_warehouse_failure_mid_run_settles_what_was_in_flight(
 ) -> None:
     path = _events(warehouse, service, tmp_path, n=300, in_doubt="skip",
                    extract_batch_rows=100, service={"max_in_flight": 2})
-    real = pipeline.stream_batches
+    real = reading.stream_batches
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         for n, batch in enumerate(real(*args, **kwargs)):
@@ -100,10 +100,10 @@ def test_a_warehouse_failure_mid_run_settles_what_was_in_flight(
 
     service.faults([{"path": "/users/track", "action": "delay", "nth": [2],
                      "delay_seconds": 1}])
-    monkeypatch.setattr(pipeline, "stream_batches", failing)
+    monkeypatch.setattr(reading, "stream_batches", failing)
     with pytest.raises(SourceError):
         sync_file(path, store=state)
-    monkeypatch.setattr(pipeline, "stream_batches", real)
+    monkeypatch.setattr(reading, "stream_batches", real)
     service.faults([])
     sent_before = len(service.event_ids())
     assert sent_before == 150  # two requests: the delayed one was waited for, not abandoned
@@ -122,7 +122,7 @@ def test_a_full_resync_never_moves_the_cursor_backwards(
                    service={"max_in_flight": 1})
     sync_file(path, store=state)
     top = state.cursor("events")
-    real = pipeline.stream_batches
+    real = reading.stream_batches
 
     def stopping(*args: Any, **kwargs: Any) -> Any:
         for n, batch in enumerate(real(*args, **kwargs)):
@@ -130,10 +130,10 @@ def test_a_full_resync_never_moves_the_cursor_backwards(
                 raise KeyboardInterrupt  # the full resync is stopped after two requests
             yield batch
 
-    monkeypatch.setattr(pipeline, "stream_batches", stopping)
+    monkeypatch.setattr(reading, "stream_batches", stopping)
     with pytest.raises(KeyboardInterrupt):
         sync_file(path, store=state, options=RunOptions(mode="full_resync"))
-    monkeypatch.setattr(pipeline, "stream_batches", real)
+    monkeypatch.setattr(reading, "stream_batches", real)
     assert state.cursor("events") == top
     record = sync_file(path, store=state).record
     assert record is not None and record["rows_read"] == 0

@@ -9,10 +9,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engage_sync.batching import ARRAYS, TrackLimits, pack_track
+from engage_sync.kinds.track_packer import ARRAYS, TrackLimits, pack_track
 from engage_sync.model import Item
-from engage_sync.ranges import Ranges
-from engage_sync.sender import Progress, Segment
+from engage_sync.progress import Progress, Ranges, Segment
 
 blobs = st.builds(lambda n, s: orjson.dumps({"external_id": f"u{n}", "v": "x" * s}),
                   st.integers(0, 10**6), st.integers(0, 3000))

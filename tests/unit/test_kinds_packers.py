@@ -39,7 +39,7 @@ def integration(kind: str, limit: int, **section: Any) -> Integration:
 
 
 def pack(i: Integration, items: list[Item]) -> list[Batch]:
-    packer = kinds.packer(i)
+    packer = kinds.kind_of(i).packer(i)
     out = [b for b in (packer.add(x) for x in items) if b is not None]
     last = packer.flush()
     return out + ([last] if last else [])

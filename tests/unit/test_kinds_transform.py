@@ -20,8 +20,8 @@ from engage_sandbox.store import ProfileStore
 from engage_sync import kinds
 from engage_sync.batching import Batch
 from engage_sync.config import Integration, parse_integration
+from engage_sync.kinds.track_transform import transform_batch
 from engage_sync.model import USER_SEP, TransformResult
-from engage_sync.transform import transform_batch
 
 MARK = "§"
 
@@ -36,10 +36,10 @@ def integration(kind: str, section: dict[str, Any] | None = None, **extra: Any) 
 def run(i: Integration, columns: dict[str, list[Any]]) -> tuple[TransformResult, list[Batch]]:
     n = len(next(iter(columns.values())))
     batch = pa.RecordBatch.from_pydict({"UPDATED_AT": list(range(n)), **columns})
-    result = kinds.transform(i, batch, 100)
+    result = kinds.kind_of(i).transform(i, batch, 100)
     assert sorted([x.seq for x in result.items] + [r.seq for r in result.rejects]) == \
         list(range(100, 100 + n))
-    packer = kinds.packer(i)
+    packer = kinds.kind_of(i).packer(i)
     batches = [b for b in (packer.add(x) for x in result.items) if b is not None]
     last = packer.flush()
     return result, batches + ([last] if last else [])
@@ -122,7 +122,7 @@ def test_subscription_groups_inside_track_attributes() -> None:
         "subscription_groups": [{"group_id": "news", "state_column": "NEWS"},
                                 {"group_column": "SMS_GROUP", "state_column": "SMS"}]}},
         file="a.yaml")
-    assert kinds.track_extra_columns(i) == ["NEWS", "SMS_GROUP", "SMS"]
+    assert kinds.kind_of(i).columns(i) == ["ID", "PLAN", "NEWS", "SMS_GROUP", "SMS"]
     batch = pa.RecordBatch.from_pydict({
         "ID": ["u1", "u2", "u3"], "PLAN": ["a", "b", "c"],
         "NEWS": ["subscribed", None, "yes"], "SMS_GROUP": ["s1", "s1", "s1"],
@@ -287,7 +287,7 @@ def test_random_rows_are_accounted_for_and_every_request_is_accepted(
 ) -> None:
     kind, section, extra = case
     i = integration(kind, section, service={"limits": {"ids_per_request": limit}}, **extra)
-    names = [c for c in kinds.columns(i) if c != "ID"]
+    names = [c for c in kinds.kind_of(i).columns(i) if c != "ID"]
     columns: dict[str, list[Any]] = {
         c: [str(x) if isinstance(x, int) else x
             for x in data.draw(st.lists(cells(c), min_size=n, max_size=n))] for c in names}

@@ -27,8 +27,8 @@ import pyarrow as pa
 from engage_sync import validate as v
 from engage_sync.config import EventMapping, Integration, PurchaseMapping
 from engage_sync.errors import SourceError
+from engage_sync.kinds.subscriptions import track_groups
 from engage_sync.model import Item, Reject, TransformResult, key_part
-from engage_sync.subscriptions import track_groups
 
 # A row's user reference: (field of the object, its JSON value, canonical user string).
 Ref = tuple[str, Any, str]

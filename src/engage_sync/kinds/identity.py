@@ -24,12 +24,13 @@ rejected here with the column at fault, so a valid row never causes a 400.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.batching import Packer
+from engage_sync.batching import ListPacker, Packer, build_arrays
 from engage_sync.config import Integration
 from engage_sync.config_kinds import (
     AliasRenameSpec,
@@ -39,15 +40,8 @@ from engage_sync.config_kinds import (
     MergeSpec,
     UserColumns,
 )
-from engage_sync.kind_rows import (
-    ListPacker,
-    Outcomes,
-    Rows,
-    UserRef,
-    build_arrays,
-    read_users,
-    user_name,
-)
+from engage_sync.kinds.base import Kind
+from engage_sync.kinds.rows import Outcomes, Rows, UserRef, read_users, user_name
 from engage_sync.model import USER_SEP, Item, TransformResult, users_of
 
 DELETE = "/users/delete"
@@ -201,3 +195,28 @@ def transform_alias_renames(integration: Integration, batch: pa.RecordBatch, fir
 
 def alias_rename_packer(integration: Integration) -> Packer:
     return ListPacker(ALIAS_UPDATE, _limit(integration), build_arrays, conflicts=_users)
+
+
+# --- the kinds -------------------------------------------------------------------------------
+
+
+def _columns(integration: Integration) -> list[str]:
+    return list(integration.kind_spec.data_columns())
+
+
+def _fixed(endpoint: str) -> Callable[[Integration], str]:
+    return lambda _: endpoint
+
+
+IDENTIFY_KIND = Kind(name="identify", rank=10, idempotent=True, columns=_columns,
+                     transform=transform_identify, packer=identify_packer,
+                     endpoint=_fixed(IDENTIFY), section="identify")
+MERGES = Kind(name="merges", rank=20, idempotent=True, columns=_columns,
+              transform=transform_merges, packer=merge_packer, endpoint=_fixed(MERGE),
+              section="merges")
+ALIAS_RENAMES = Kind(name="alias_renames", rank=25, idempotent=True, columns=_columns,
+                     transform=transform_alias_renames, packer=alias_rename_packer,
+                     endpoint=_fixed(ALIAS_UPDATE), section="alias_renames")
+DELETES = Kind(name="deletes", rank=100, idempotent=True, columns=_columns,
+               transform=transform_deletes, packer=delete_packer, endpoint=_fixed(DELETE),
+               section="deletes", irreversible=True)

@@ -1,4 +1,4 @@
-"""Sending a run's requests: bounded concurrency, one user at a time, journal before send.
+"""The send-and-settle loop: bounded concurrency, one user at a time, journal before send.
 
 Invariants:
 - a request's journal entry is committed before the request leaves (rule 4);
@@ -15,71 +15,33 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import FatalDeliveryError
-from engage_sync.extract import Cursor
 from engage_sync.model import users_of
+from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
 from engage_sync.state import JournalEntry, Settlement, StateStore
 
 log = logging.getLogger("engage_sync.sender")
 
-REJECTED = "rejected"
 GROUP = 32
 
 
-def stamp(value: Any) -> str:
-    """A cursor value as text that sorts like the value (UTC, fixed width)."""
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
-    return str(value)
-
-
-def digest(blob: bytes) -> str:
-    return hashlib.sha1(blob).hexdigest()[:16]
-
-
 @dataclass
-class Segment:
-    """A contiguous range of the source order: one request, or rows already settled."""
+class Outgoing(Segment):
+    """A segment that is one request: its journal entry, its batch and, with lookback, the
+    cursor stamp of each item (what the ack records)."""
 
-    start: Cursor | None
-    end: Cursor
     entry: JournalEntry | None = None
     batch: Batch | None = None
-    settled: bool = False
     stamps: tuple[str, ...] = ()
-
-
-class Progress:
-    """The longest prefix of settled segments; its end is where the cursor may move."""
-
-    def __init__(self, start: Cursor | None) -> None:
-        self.position = start
-        self.segments: deque[Segment] = deque()
-
-    def add(self, segment: Segment) -> None:
-        self.segments.append(segment)
-
-    def advance(self) -> Cursor | None:
-        """Pop settled segments at the head; returns the new position if it moved."""
-        moved = False
-        while self.segments and self.segments[0].settled:
-            self.position = self.segments.popleft().end
-            moved = True
-        return self.position if moved else None
 
 
 def _refused(future: Future[Any]) -> bool:
@@ -108,7 +70,7 @@ class RunContext:
     report: Callable[[], None]
 
 
-class Sender:
+class SendLoop:
     """Journals, sends and settles segments in order of submission."""
 
     def __init__(self, ctx: RunContext, progress: Progress) -> None:
@@ -117,13 +79,13 @@ class Sender:
         self.group = GROUP if ctx.group_commits else 1
         self.pool = ThreadPoolExecutor(max_workers=ctx.max_in_flight,
                                        thread_name_prefix=f"send-{ctx.integration}")
-        self.queue: list[Segment] = []
-        self.in_flight: dict[Future[Any], tuple[Segment, frozenset[str]]] = {}
+        self.queue: list[Outgoing] = []
+        self.in_flight: dict[Future[Any], tuple[Outgoing, frozenset[str]]] = {}
         self.users: dict[str, int] = {}
-        self.unsaved: list[tuple[Segment, Settlement]] = []
+        self.unsaved: list[tuple[Outgoing, Settlement]] = []
         self.fatal: str | None = None
 
-    def submit(self, segment: Segment, req_no: int) -> None:
+    def submit(self, segment: Outgoing, req_no: int) -> None:
         assert segment.batch is not None
         segment.entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
         self.progress.add(segment)
@@ -152,7 +114,7 @@ class Sender:
                 self._send(segment, users)
 
     @staticmethod
-    def _users(segment: Segment) -> frozenset[str]:
+    def _users(segment: Outgoing) -> frozenset[str]:
         assert segment.batch is not None
         return frozenset(u for item in segment.batch.items for u in users_of(item))
 
@@ -166,7 +128,7 @@ class Sender:
                                   or any(u in self.users for u in users)):
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
 
-    def _send(self, segment: Segment, users: frozenset[str]) -> None:
+    def _send(self, segment: Outgoing, users: frozenset[str]) -> None:
         batch = segment.batch
         assert batch is not None
         request = Request(
@@ -211,7 +173,7 @@ class Sender:
         self.unsaved = []
         self.ctx.report()
 
-    def _settlement(self, segment: Segment, future: Future[Any]) -> Settlement:
+    def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
         assert segment.batch is not None and segment.entry is not None
         items, req_no, counts = segment.batch.items, segment.entry.req_no, self.ctx.counts
 

@@ -1,17 +1,13 @@
-"""What the non-track kinds share: reading a batch's columns, naming users, packing lists.
+"""What the list-shaped kinds (subscriptions, identity operations) share: reading a batch's
+columns, naming users, collecting one outcome per row. Pure.
 
-Pure. Invariants:
-- `Outcomes` holds exactly one Item or one Reject per row, row i with seq `first_seq + i`,
-  key `render_key` of the integration's key columns; reasons name columns, never values;
-- `ListPacker` keeps items in the order given and puts every item in exactly one batch; a
-  batch holds a contiguous run of the items (the pipeline maps each batch to a range of the
-  source order); a batch never holds more than `limit` items, never two items `compatible`
-  says apart, and never two items sharing a `conflicts` key.
+Invariants: `Outcomes` holds exactly one Item or one Reject per row, row i with seq
+`first_seq + i`, key `render_key` of the integration's key columns; reasons name columns,
+never values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +15,9 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.batching import Batch
 from engage_sync.config_kinds import UserColumns
 from engage_sync.errors import SourceError
 from engage_sync.model import Item, Reject, TransformResult, render_key
-from engage_sync.request import group_for
 
 
 class Rows:
@@ -137,69 +131,3 @@ class Outcomes:
 
     def result(self) -> TransformResult:
         return TransformResult(self.items, self.rejects)
-
-
-Built = tuple[bytes, tuple[tuple[str, int], ...]]
-
-
-def build_arrays(items: list[Item], always: tuple[str, ...] = ()) -> Built:
-    """`{"<array>": [blobs...], ...}`: arrays in first-appearance order (those in `always`
-    first, even when empty); positions index into each array."""
-    order = list(always)
-    by_array: dict[str, list[bytes]] = {a: [] for a in always}
-    positions = []
-    for item in items:
-        blobs = by_array.get(item.array)
-        if blobs is None:
-            blobs = by_array[item.array] = []
-            order.append(item.array)
-        positions.append((item.array, len(blobs)))
-        blobs.append(item.blob)
-    body = b"{" + b",".join(
-        b'"' + a.encode() + b'":[' + b",".join(by_array[a]) + b"]" for a in order) + b"}"
-    return body, tuple(positions)
-
-
-class ListPacker:
-    """Sequential packer for list-shaped endpoints.
-
-    A batch is cut before an item when the batch holds `limit` items, when `compatible(first,
-    item)` is False (for example another identifier kind), or when the item shares a
-    `conflicts` key with an item already in the batch (for example the same user).
-    """
-
-    def __init__(
-        self,
-        endpoint: str,
-        limit: int,
-        build: Callable[[list[Item]], Built],
-        *,
-        compatible: Callable[[Item, Item], bool] = lambda a, b: True,
-        conflicts: Callable[[Item], Iterable[str]] = lambda item: (),
-    ) -> None:
-        if limit < 1:
-            raise ValueError("a packer needs limit >= 1")
-        self.endpoint, self.group = endpoint, group_for(endpoint)
-        self.limit, self.build = limit, build
-        self.compatible, self.conflicts = compatible, conflicts
-        self.pending: list[Item] = []
-        self.seen: set[str] = set()
-
-    def add(self, item: Item) -> Batch | None:
-        keys = set(self.conflicts(item))
-        done = None
-        if self.pending and (len(self.pending) >= self.limit
-                             or not self.compatible(self.pending[0], item)
-                             or not keys.isdisjoint(self.seen)):
-            done = self.flush()
-        self.pending.append(item)
-        self.seen |= keys
-        return done
-
-    def flush(self) -> Batch | None:
-        if not self.pending:
-            return None
-        items, self.pending, self.seen = self.pending, [], set()
-        body, positions = self.build(items)
-        return Batch(items=tuple(items), positions=positions, body=body,
-                     endpoint=self.endpoint, group=self.group)

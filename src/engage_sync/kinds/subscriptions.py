@@ -22,10 +22,11 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.batching import Packer
+from engage_sync.batching import Built, ListPacker, Packer
 from engage_sync.config import Integration, TrackGroup
 from engage_sync.config_kinds import SubscriptionSpec
-from engage_sync.kind_rows import Built, ListPacker, Outcomes, Rows, UserRef, read_users
+from engage_sync.kinds.base import Kind
+from engage_sync.kinds.rows import Outcomes, Rows, UserRef, read_users
 from engage_sync.model import Item, TransformResult
 
 V2 = "/v2/subscription/status/set"
@@ -67,10 +68,15 @@ def _missing(value: Any, column: str) -> str | None:
     return f"{column} is missing (NULL)" if value is None else None
 
 
+def endpoint(integration: Integration) -> str:
+    """v2, or v1 when `subscriptions.endpoint` says so."""
+    return V1 if spec_of(integration).endpoint == "v1" else V2
+
+
 def packer(integration: Integration) -> Packer:
-    """The v2 packer, or the v1 packer when `subscriptions.endpoint` is v1."""
+    """The packer of the integration's endpoint."""
     limit = integration.service.limits.ids_per_request
-    if spec_of(integration).endpoint == "v1":
+    if endpoint(integration) == V1:
         return ListPacker(V1, limit, build_v1, conflicts=_user_group,
                           compatible=lambda a, b: (a.group, a.array) == (b.group, b.array))
     return ListPacker(V2, limit, build_v2, conflicts=_user_group)
@@ -109,6 +115,15 @@ def _object(group: str, state: str, field: str, blobs: list[bytes]) -> bytes:
     return (b'{"subscription_group_id":' + orjson.dumps(group)
             + b',"subscription_state":' + orjson.dumps(state)
             + b',"' + field.encode() + b'":[' + b",".join(blobs) + b"]}")
+
+
+def _columns(integration: Integration) -> list[str]:
+    return list(spec_of(integration).data_columns())
+
+
+SUBSCRIPTIONS = Kind(name="subscriptions", rank=30, idempotent=True, columns=_columns,
+                     transform=transform, packer=packer, endpoint=endpoint,
+                     section="subscriptions")
 
 
 # --- subscription_groups inside /users/track attributes ----------------------------------

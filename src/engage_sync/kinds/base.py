@@ -1,0 +1,63 @@
+"""What a kind is: one object that knows everything the pipeline asks of a kind.
+
+Invariants every kind keeps (checked by its tests):
+- `transform` turns each row of a batch into exactly one Item or one Reject, row i with
+  seq `first_seq + i`, and reasons that name columns, never values;
+- `packer` yields requests within the endpoint's limits, items in the order given, each in
+  exactly one request, and never two items touching one user in one request where the service
+  promises no order inside a request;
+- `endpoint` is a write endpoint with a rate-limit group (`request.group_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from engage_sync.batching import Packer
+from engage_sync.model import TransformResult
+from engage_sync.request import group_for
+
+if TYPE_CHECKING:
+    from engage_sync.config import Integration
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of integration.
+
+    rank: its place in a folder's run order (lower first): identities settle before data lands
+        on them, and deletes come last so nothing re-creates a deleted user.
+    idempotent: sending one of its requests twice has the effect of sending it once. A request
+        of a kind that is not idempotent follows the integration's `in_doubt` policy.
+    section: the config section it reads (`subscriptions`, `deletes`, …), or None for kinds
+        configured by `payload` or `mapping`.
+    irreversible: its effect cannot be undone (deletes): a run is capped by `max_deletes`, and a
+        dry run lists every object it would send, not a sample.
+    group_commits: journal and settle its requests in groups (the high-volume idempotent kind):
+        after a crash, a request journaled but unsent is sent again at no cost but billing.
+    """
+
+    name: str
+    rank: int
+    idempotent: bool
+    columns: Callable[[Integration], list[str]]
+    transform: Callable[[Integration, pa.RecordBatch, int], TransformResult]
+    packer: Callable[[Integration], Packer]
+    endpoint: Callable[[Integration], str]
+    section: str | None = None
+    irreversible: bool = False
+    group_commits: bool = False
+
+    def rate_group(self, integration: Integration) -> str:
+        """The rate-limit group its requests draw from."""
+        return group_for(self.endpoint(integration))
+
+    def resends_in_doubt(self, integration: Integration) -> bool:
+        """The in-doubt policy (DESIGN rule 5), decided here once: a request whose fate is
+        unknown is sent again when the kind is idempotent or the integration says `resend`;
+        otherwise (`skip`) it is counted in doubt and not sent again."""
+        return self.idempotent or integration.in_doubt == "resend"
