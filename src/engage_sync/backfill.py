@@ -268,7 +268,7 @@ def dry_run(path: str, chunks: list[Chunk], *, resend_events: bool = False,
     """Each chunk's rows that a backfill would send (rows with start <= cursor < end, less the
     events incremental runs sent or will send, unless `resend_events`), read and validated;
     nothing sent, no flow run created."""
-    from engage_sync.flows import run_options
+    from engage_sync.pipeline import run_options
     from engage_sync.runner import open_state, sync_file
 
     store = open_state(state_url)

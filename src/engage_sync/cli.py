@@ -20,7 +20,7 @@ from engage_sync.errors import SyncError
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
     """An integration file path, or `<config dir>/<name>.yaml`; raises ConfigError."""
-    from engage_sync.flows import resolve_integration as resolve
+    from engage_sync.config import resolve_integration as resolve
 
     return resolve(name_or_path, config_dir)
 

@@ -7,6 +7,7 @@ environment variable named by `service.api_key_env` at run time (see `secrets.py
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -379,3 +380,18 @@ def integration_files(folder: str | Path) -> list[Path]:
     return sorted(
         p for p in [*folder.glob("*.yaml"), *folder.glob("*.yml")] if not p.name.startswith("_")
     )
+
+
+def resolve_integration(name_or_path: str, config_dir: str | None = None) -> Path:
+    """An integration file path, or a name looked up as `<config dir>/<name>.yaml` (the folder
+    is `config_dir`, else ENGAGE_SYNC_CONFIG_DIR, else ./config). Raises ConfigError."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    folder = config_dir or os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config")
+    candidate = Path(folder) / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        raise ConfigError(
+            f"no integration '{name_or_path}': give a file path or a name with a file "
+            f"{candidate} (the folder is --config-dir / config_dir or ENGAGE_SYNC_CONFIG_DIR)")
+    return candidate

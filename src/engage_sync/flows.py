@@ -16,92 +16,30 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from engage_sync import retention
-from engage_sync.config import load_integration
-from engage_sync.errors import ConfigError, SyncError
-from engage_sync.pipeline import DryRun, RunOptions
+from engage_sync.config import integration_files, resolve_integration
+from engage_sync.errors import SyncError
+from engage_sync.folder import run_order
+from engage_sync.pipeline import run_options
+from engage_sync.progress import Mode
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.runner import open_state, sync_file
 from engage_sync.state import StateStore
 from engage_sync.status import run_errors
 
-Mode = Literal["incremental", "backfill", "full_resync"]
-
-# The order `sync_folder` runs kinds in: identities settle before data lands on them, deletes
-# come last so nothing re-creates a deleted user. Kinds not listed run after purchases.
-KIND_ORDER = ("identify", "merges", "alias_renames", "subscriptions", "attributes", "events",
-              "purchases")
-LAST_KINDS = ("deletes",)
 ARTIFACT_ROWS = 1000
 
 
 class SyncAlert(RuntimeError):
     """Raised to fail the Prefect flow run of a sync that needs a person's attention."""
-
-
-def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:
-    """Why a finished run needs attention, or None."""
-    status = record.get("job_status")
-    if status in ("error", "config_error"):
-        return f"sync ended in {status}: {record.get('message') or 'see the run logs'}"
-    read = record.get("rows_read") or 0
-    failed = record.get("rows_failed_with_errors", 0)
-    if threshold is not None and read and failed / read > threshold:
-        return (f"{failed} of {read} rows failed ({failed / read:.1%}), above the alert "
-                f"threshold failed_rows_alert_share = {threshold:.1%}")
-    return None
-
-
-def resolve_integration(name_or_path: str, config_dir: str | None = None) -> Path:
-    """An integration file path, or a name looked up as `<config dir>/<name>.yaml`."""
-    import os
-
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path
-    folder = config_dir or os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config")
-    candidate = Path(folder) / f"{name_or_path}.yaml"
-    if not candidate.exists():
-        raise ConfigError(
-            f"no integration '{name_or_path}': give a file path or a name with a file "
-            f"{candidate} (the folder is --config-dir / config_dir or ENGAGE_SYNC_CONFIG_DIR)")
-    return candidate
-
-
-def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
-                resend_events: bool, allow_deletes: int | None = None) -> RunOptions:
-    """Flow parameters → RunOptions. Naive datetimes are UTC. Raises ConfigError when start or
-    end is given outside a backfill, or when start is after end."""
-    start, end = as_utc(start), as_utc(end)
-    if (start or end) and mode != "backfill":
-        raise ConfigError(f"start and end apply to mode 'backfill' only, not '{mode}'")
-    if start and end and start >= end:
-        raise ConfigError(f"start {start.isoformat()} is not before end {end.isoformat()}")
-    return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
-                      resend_events=resend_events, allow_deletes=allow_deletes)
-
-
-def as_utc(value: datetime | None) -> datetime | None:
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
-
-def dry_run_summary(integration: str, d: DryRun) -> dict[str, Any]:
-    """What a dry run would send: counts, the first 100 rejects (keys and reasons) and a sample
-    of objects (for deletes: every identifier that would be deleted)."""
-    return {"integration": integration, "dry_run": True, "rows": d.rows,
-            "requests": d.requests, "rejects": [list(r) for r in d.rejects[:100]],
-            "sample": [b.decode() for b in d.sample]}
 
 
 def _progress_logger(logger: Any = None) -> Any:
@@ -173,17 +111,12 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
         d = outcome.dry_run
         logger.info("dry run of %s: %s rows, %s requests, %s rejects", outcome.integration,
                     d.rows, d.requests, len(d.rejects))
-        return dry_run_summary(outcome.integration, d)
+        return d.summary(outcome.integration)
     record = dict(outcome.record or {})
-    reason = alert_reason(record, load_integration(path).failed_rows_alert_share)
-    if reason and not record.get("message") and "run_id" in record:
-        # the status record says why, as the flow run does
-        store.set_message(record["run_id"], reason)
-        record["message"] = reason
     _artifacts(outcome.integration, record, store)
     _prune(store)
-    if reason:
-        raise SyncAlert(f"integration {outcome.integration}: {reason}")
+    if outcome.alert:
+        raise SyncAlert(f"integration {outcome.integration}: {outcome.alert}")
     logger.info("integration %s: %s", outcome.integration, record)
     return record
 
@@ -237,30 +170,6 @@ def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetim
                    budgets)
 
 
-def kind_of(path: Path) -> str:
-    """The `kind` key of an integration file, read without validating the rest ('' if none)."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return ""
-    kind = raw.get("kind") if isinstance(raw, dict) else None
-    return kind if isinstance(kind, str) else ""
-
-
-def ordered(paths: list[Path]) -> list[Path]:
-    """Integration files in the order their kinds must run: KIND_ORDER, then kinds not listed
-    (and unreadable files), then LAST_KINDS; by file name within a kind."""
-    def rank(path: Path) -> tuple[int, str]:
-        kind = kind_of(path)
-        if kind in KIND_ORDER:
-            return KIND_ORDER.index(kind), path.name
-        if kind in LAST_KINDS:
-            return len(KIND_ORDER) + 1 + LAST_KINDS.index(kind), path.name
-        return len(KIND_ORDER), path.name
-
-    return sorted(paths, key=rank)
-
-
 @flow(name="engage-sync-folder", log_prints=True, flow_run_name=_run_name)
 def sync_folder(
     folder: str = "config",
@@ -283,12 +192,10 @@ def sync_folder(
         resend_events: Backfill only: send again events the incremental sync delivered.
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
     """
-    from engage_sync.config import integration_files
-
     budgets = RateBudgets()
     results: dict[str, Any] = {}
     failures = []
-    for path in ordered(integration_files(folder)):
+    for path in run_order(integration_files(folder)):
         try:
             results[path.stem] = sync_task(str(path), mode, start, end, dry_run, resend_events,
                                            state_url, budgets)
@@ -315,7 +222,7 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
             store=store,
             on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
         if outcome.dry_run is not None:
-            return dry_run_summary(outcome.integration, outcome.dry_run)
+            return outcome.dry_run.summary(outcome.integration)
         retention.prune(store)
         return outcome.record
     finally:

@@ -72,6 +72,25 @@ class RunOptions:
         return encode_cursor([self.start, self.end])
 
 
+def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
+                resend_events: bool, allow_deletes: int | None = None) -> RunOptions:
+    """Parameters (CLI, flow, backfill) → RunOptions. Naive datetimes are UTC. Raises
+    ConfigError when start or end is given outside a backfill, or start is not before end."""
+    start, end = as_utc(start), as_utc(end)
+    if (start or end) and mode != "backfill":
+        raise ConfigError(f"start and end apply to mode 'backfill' only, not '{mode}'")
+    if start and end and start >= end:
+        raise ConfigError(f"start {start.isoformat()} is not before end {end.isoformat()}")
+    return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
+                      resend_events=resend_events, allow_deletes=allow_deletes)
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
 @dataclass
 class Deps:
     """What a run needs from outside, passed in (tests hand in fakes or loopback servers)."""
@@ -251,6 +270,13 @@ class DryRun:
     requests: int = 0
     rejects: list[tuple[str, str]] = field(default_factory=list)
     sample: list[bytes] = field(default_factory=list)
+
+    def summary(self, integration: str) -> dict[str, Any]:
+        """What the run would send: counts, the first 100 rejects (keys and reasons) and a
+        sample of objects (for an irreversible kind: every object it would send)."""
+        return {"integration": integration, "dry_run": True, "rows": self.rows,
+                "requests": self.requests, "rejects": [list(r) for r in self.rejects[:100]],
+                "sample": [b.decode() for b in self.sample]}
 
 
 def dry_run(integration: Integration, engine: Engine, state: StateStore,

@@ -23,6 +23,7 @@ from engage_sync.errors import ConfigError
 from engage_sync.pipeline import Deps, DryRun, RunOptions, dry_run, run_sync
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
+from engage_sync.status import alert_reason
 
 log = logging.getLogger("engage_sync.runner")
 
@@ -87,6 +88,9 @@ class Outcome:
     record: dict[str, Any] | None = None
     dry_run: DryRun | None = None
     error: str | None = None
+    alert: str | None = None
+    """Why the finished run needs a person's attention (`status.alert_reason`); the record's
+    message says the same."""
 
 
 def load_or_record(path: str | Path, store: StateStore) -> Integration:
@@ -133,9 +137,20 @@ def sync_file(
             deps = Deps(engine=engine, state=store, client=client, api_key=key,
                         budgets=budgets or RateBudgets(), on_progress=on_progress,
                         clock=clock or _utcnow)
-            return Outcome(integration.name, record=run_sync(integration, deps, options))
+            result = run_sync(integration, deps, options)
+        return Outcome(integration.name, record=result,
+                       alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:
         engine.dispose()
+
+
+def _alert(store: StateStore, record: dict[str, Any], threshold: float | None) -> str | None:
+    """Why the run needs attention, also written as the record's message if it has none."""
+    reason = alert_reason(record, threshold)
+    if reason and not record.get("message") and "run_id" in record:
+        store.set_message(record["run_id"], reason)
+        record["message"] = reason
+    return reason
 
 
 def _utcnow() -> datetime:

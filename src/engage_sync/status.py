@@ -173,3 +173,18 @@ def run_errors(store: StateStore, run_id: str, limit: int = 1000) -> list[dict[s
 def integration_known(store: StateStore, integration: str) -> bool:
     """Whether the state database holds any run of this integration."""
     return store.count_runs(integration) > 0
+
+
+def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:
+    """Why a finished run needs a person's attention, or None: it ended in error or
+    config_error, or the share of failed rows passed `threshold`
+    (`failed_rows_alert_share`)."""
+    status = record.get("job_status")
+    if status in ("error", "config_error"):
+        return f"sync ended in {status}: {record.get('message') or 'see the run logs'}"
+    read = record.get("rows_read") or 0
+    failed = record.get("rows_failed_with_errors", 0)
+    if threshold is not None and read and failed / read > threshold:
+        return (f"{failed} of {read} rows failed ({failed / read:.1%}), above the alert "
+                f"threshold failed_rows_alert_share = {threshold:.1%}")
+    return None
