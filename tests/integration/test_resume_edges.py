@@ -177,7 +177,7 @@ def test_a_run_still_in_progress_on_this_host_is_not_taken_over(
     import sys
 
     from engage_sync.errors import RunRefused
-    from engage_sync.state import runs
+    from engage_sync.state_schema import runs
 
     path = _events(warehouse, service, tmp_path, n=100)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

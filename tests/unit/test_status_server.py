@@ -21,7 +21,8 @@ import uvicorn
 
 from engage_sync.cli import main
 from engage_sync.runner import open_state
-from engage_sync.state import StateStore, runs
+from engage_sync.state import StateStore
+from engage_sync.state_schema import runs
 from engage_sync.status import encode_page_cursor, page
 from engage_sync.status_server import create_app
 

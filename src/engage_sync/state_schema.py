@@ -1,0 +1,126 @@
+"""The tables of engage-sync's own state, and the two SQL helpers every store needs.
+
+`engage_cursors` one row per integration; `engage_runs` one row per run (its window, progress
+and totals); `engage_journal` one row per request (or per merged stretch of acknowledged
+requests after compaction); `engage_row_errors` rejected, failed and in-doubt rows (keys and
+reasons, never payload values); `engage_acks` what lookback remembers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+metadata = sa.MetaData()
+
+cursors = sa.Table(
+    "engage_cursors",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("cursor", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+runs = sa.Table(
+    "engage_runs",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("mode", sa.String(20), nullable=False),
+    sa.Column("scope", sa.Text),
+    sa.Column("job_status", sa.String(20), nullable=False),
+    sa.Column("sync_start_time", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("sync_finish_time", sa.DateTime(timezone=True)),
+    sa.Column("window_start", sa.Text),
+    sa.Column("signpost", sa.Text),
+    sa.Column("floor", sa.Text),
+    sa.Column("progress", sa.Text),
+    sa.Column("last_timestamp_synced", sa.Text),
+    sa.Column("rows_synced", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_failed_with_errors", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_rejected", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_in_doubt", sa.Integer, nullable=False, default=0),
+    sa.Column("requests_sent", sa.Integer, nullable=False, default=0),
+    sa.Column("message", sa.Text),
+    sa.Column("owner", sa.String(200)),
+    sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
+)
+
+journal = sa.Table(
+    "engage_journal",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("req_no", sa.Integer, primary_key=True),
+    sa.Column("start_cursor", sa.Text),
+    sa.Column("end_cursor", sa.Text, nullable=False),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("item_count", sa.Integer, nullable=False),
+    sa.Column("synced", sa.Integer, nullable=False, default=0),
+    sa.Column("failed", sa.Integer, nullable=False, default=0),
+    sa.Column("in_doubt", sa.Integer, nullable=False, default=0),
+    sa.Column("reason", sa.Text),
+)
+
+row_errors = sa.Table(
+    "engage_row_errors",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("kind", sa.String(10), primary_key=True),
+    sa.Column("position", sa.Text, primary_key=True),
+    sa.Column("row_key", sa.Text, nullable=False),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+acks = sa.Table(
+    "engage_acks",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("row_key", sa.Text, primary_key=True),
+    sa.Column("stamp", sa.String(64), primary_key=True),
+    sa.Column("digest", sa.String(40), nullable=False),
+)
+"""Rows that ended (sent, rejected, failed or in doubt) inside an integration's lookback
+period: (row key, cursor value, content digest). Kept only for integrations with `lookback`."""
+
+SETTLED = ("acked", "failed", "in_doubt")
+
+
+def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
+            update: Sequence[str] = ()) -> None:
+    """Insert rows; on a primary-key clash update the `update` columns (or keep the old row).
+    Native ON CONFLICT on PostgreSQL and SQLite, delete-then-insert elsewhere."""
+    if not values:
+        return
+    keys = [c.name for c in table.primary_key.columns]
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+        if update:
+            stmt = insert.on_conflict_do_update(
+                index_elements=keys, set_={c: insert.excluded[c] for c in update})
+        else:
+            stmt = insert.on_conflict_do_nothing(index_elements=keys)
+        conn.execute(stmt, values)
+        return
+    for value in values:
+        match = [table.c[k] == value[k] for k in keys]
+        if update:
+            conn.execute(table.delete().where(*match))
+        elif conn.scalar(sa.select(sa.func.count()).select_from(table).where(*match)):
+            continue
+        conn.execute(table.insert().values(**value))
+
+
+def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
