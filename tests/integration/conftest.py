@@ -184,6 +184,19 @@ def integration_body(wh: Warehouse, svc: Service, kind: str, table: str,
     return body
 
 
+def table_integration(wh: Warehouse, svc: Service, folder: Path, kind: str,
+                      rows: list[dict[str, Any]], name: str | None = None,
+                      **extra: Any) -> Path:
+    """The common preamble: create the sync table of `kind` (attributes: users_sync, other
+    kinds: events_sync), insert `rows`, and write the integration file (`users` / `events`)."""
+    users = kind == "attributes"
+    table = "users_sync" if users else "events_sync"
+    (users_table if users else events_table)(wh)
+    wh.insert(table, rows)
+    return write_integration(folder, name or ("users" if users else "events"),
+                             integration_body(wh, svc, kind, table, **extra))
+
+
 def load(path: Path) -> Integration:
     return load_integration(path)
 

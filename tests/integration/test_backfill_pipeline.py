@@ -14,11 +14,8 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     event_rows,
-    events_table,
-    integration_body,
+    table_integration,
     user_rows,
-    users_table,
-    write_integration,
 )
 
 
@@ -30,10 +27,8 @@ def _backfill(start_s: int, end_s: int, **kw: bool) -> RunOptions:
 def test_adjacent_backfill_chunks_send_each_attribute_row_once_and_keep_the_cursor(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    users_table(warehouse)
-    warehouse.insert("users_sync", user_rows(120, step=timedelta(seconds=1)))
-    path = write_integration(tmp_path, "users", integration_body(
-        warehouse, service, "attributes", "users_sync"))
+    path = table_integration(warehouse, service, tmp_path, "attributes",
+                             user_rows(120, step=timedelta(seconds=1)))
     sync_file(path, store=state)
     cursor = state.cursor("users")
     before = len(service.requests())
@@ -54,10 +49,8 @@ def test_adjacent_backfill_chunks_send_each_attribute_row_once_and_keep_the_curs
 def test_backfill_of_events_never_resends_what_incremental_runs_sent(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    events_table(warehouse)
-    warehouse.insert("events_sync", event_rows(300, step=timedelta(seconds=1)))
-    path = write_integration(tmp_path, "events", integration_body(
-        warehouse, service, "events", "events_sync"))
+    path = table_integration(warehouse, service, tmp_path, "events",
+                             event_rows(300, step=timedelta(seconds=1)))
     midway = (T0 + timedelta(seconds=150)).replace(tzinfo=UTC)
     first = sync_file(path, store=state, clock=lambda: midway).record  # events 0..150
     assert first is not None and first["rows_synced"] == 151

@@ -14,13 +14,10 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     event_rows,
-    events_table,
-    integration_body,
     kill_during_request,
     resume_cli,
+    table_integration,
     user_rows,
-    users_table,
-    write_integration,
 )
 
 BATCH = 75
@@ -28,11 +25,9 @@ BATCH = 75
 
 def _events_setup(wh: Warehouse, service: Service, tmp_path: Path, policy: str,
                   n: int = 600, in_flight: int = 1) -> Path:
-    events_table(wh)
-    wh.insert("events_sync", event_rows(n, users=60, step=timedelta(milliseconds=500)))
-    return write_integration(tmp_path, "events", integration_body(
-        wh, service, "events", "events_sync", in_doubt=policy,
-        service={"max_in_flight": in_flight}))
+    return table_integration(wh, service, tmp_path, "events",
+                             event_rows(n, users=60, step=timedelta(milliseconds=500)),
+                             in_doubt=policy, service={"max_in_flight": in_flight})
 
 
 def _batch_ids(k: int) -> set[str]:
@@ -128,11 +123,11 @@ def test_sigkill_with_skip_policy_counts_the_request_in_flight_as_in_doubt(
 def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
 ) -> None:
-    users_table(warehouse)
-    warehouse.insert("users_sync", user_rows(400, at=T0, plan="old"))
-    warehouse.insert("users_sync", user_rows(400, at=T0 + timedelta(seconds=1), plan="new"))
-    path = write_integration(tmp_path, "users", integration_body(
-        warehouse, service, "attributes", "users_sync", extract_batch_rows=100))
+    path = table_integration(
+        warehouse, service, tmp_path, "attributes",
+        user_rows(400, at=T0, plan="old") + user_rows(400, at=T0 + timedelta(seconds=1),
+                                                      plan="new"),
+        extract_batch_rows=100)
     warehouse.engine.dispose()
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     kill_during_request(path, service, sandbox_key, state_url, nth=5)

@@ -20,19 +20,15 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     event_rows,
-    events_table,
-    integration_body,
-    write_integration,
+    table_integration,
 )
 
 STEP = timedelta(milliseconds=500)
 
 
 def _events(wh: Warehouse, svc: Service, tmp_path: Path, n: int = 600, **extra: Any) -> Path:
-    events_table(wh)
-    wh.insert("events_sync", event_rows(n, users=60, step=STEP))
-    return write_integration(tmp_path, "events", integration_body(
-        wh, svc, "events", "events_sync", **extra))
+    return table_integration(wh, svc, tmp_path, "events", event_rows(n, users=60, step=STEP),
+                             **extra)
 
 
 def _end(k: int) -> tuple[Any, ...]:

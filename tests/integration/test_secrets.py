@@ -16,6 +16,7 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     integration_body,
+    table_integration,
     users_table,
     write_integration,
 )
@@ -58,10 +59,8 @@ def test_a_refused_key_is_not_repeated_in_the_error(
     caplog.set_level(logging.DEBUG)
     wrong = "wrong-key-0123456789"
     monkeypatch.setenv("ENGAGE_API_KEY", wrong)
-    users_table(warehouse)
-    warehouse.insert("users_sync", [{"updated_at": T0, "external_id": "u1", "payload": "{}"}])
-    path = write_integration(tmp_path, "users", integration_body(
-        warehouse, service, "attributes", "users_sync"))
+    path = table_integration(warehouse, service, tmp_path, "attributes",
+                             [{"updated_at": T0, "external_id": "u1", "payload": "{}"}])
     with pytest.raises(Exception) as raised:
         sync_file(path, store=state)
     assert wrong not in str(raised.value)

@@ -19,8 +19,8 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     event_rows,
-    events_table,
     integration_body,
+    table_integration,
     user_rows,
     users_table,
     write_integration,
@@ -64,10 +64,9 @@ def test_every_row_read_is_accounted_for(
 def test_rows_sharing_a_timestamp_across_batch_boundaries_are_sent_once(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    users_table(warehouse)
-    warehouse.insert("users_sync", user_rows(260))  # all at T0
-    path = write_integration(tmp_path, "same_ts", integration_body(
-        warehouse, service, "attributes", "users_sync", extract_batch_rows=100))
+    path = table_integration(warehouse, service, tmp_path, "attributes",
+                             user_rows(260), name="same_ts",  # all at T0
+                             extract_batch_rows=100)
 
     first = sync_file(path, store=state).record
     assert first is not None and first["rows_synced"] == 260
@@ -81,10 +80,8 @@ def test_rows_sharing_a_timestamp_across_batch_boundaries_are_sent_once(
 def test_event_rows_sharing_a_timestamp_are_each_sent_exactly_once(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    events_table(warehouse)
-    warehouse.insert("events_sync", event_rows(230))
-    path = write_integration(tmp_path, "events", integration_body(
-        warehouse, service, "events", "events_sync", extract_batch_rows=100))
+    path = table_integration(warehouse, service, tmp_path, "events", event_rows(230),
+                             extract_batch_rows=100)
     sync_file(path, store=state)
     warehouse.insert("events_sync", [
         {**r, "event_id": f"late{i}", "payload": json.dumps(
@@ -164,11 +161,8 @@ def test_a_bad_file_is_refused_and_recorded_as_config_error(
 def test_dry_run_sends_nothing_and_moves_no_cursor(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    users_table(warehouse)
-    warehouse.insert("users_sync", [*user_rows(100), {
-        "updated_at": T0, "external_id": None, "payload": "{}"}])
-    path = write_integration(tmp_path, "dry", integration_body(
-        warehouse, service, "attributes", "users_sync"))
+    path = table_integration(warehouse, service, tmp_path, "attributes", [*user_rows(100), {
+        "updated_at": T0, "external_id": None, "payload": "{}"}], name="dry")
     result = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
     assert result is not None
     assert (result.rows, result.requests, len(result.rejects)) == (101, 2, 1)
@@ -178,10 +172,8 @@ def test_dry_run_sends_nothing_and_moves_no_cursor(
 def test_a_late_row_inside_lookback_is_sent_and_nothing_else_is_resent(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    events_table(warehouse)
-    warehouse.insert("events_sync", event_rows(150, step=timedelta(seconds=10)))
-    path = write_integration(tmp_path, "events", integration_body(
-        warehouse, service, "events", "events_sync", lookback="1h"))
+    path = table_integration(warehouse, service, tmp_path, "events",
+                             event_rows(150, step=timedelta(seconds=10)), lookback="1h")
     first = sync_file(path, store=state).record
     assert first is not None and first["rows_synced"] == 150
     cursor_after_first = state.cursor("events")

@@ -15,30 +15,12 @@ from engage_sync.deliver import Deliverer
 from engage_sync.model import Item
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.request import Request
+from tests.fakes import EPOCH, FakeClock
 
 KEY = "sk-test-0123456789abcdef"
 BASE = "https://rest.example.test"
-EPOCH = 1_700_000_000.0
 
 Answer = httpx.Response | Exception
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-        self.slept: list[float] = []
-        self._lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def time(self) -> float:
-        return EPOCH + self.t
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.slept.append(float(seconds))
-            self.t += float(seconds)
 
 
 class Script:
@@ -90,7 +72,7 @@ def deliverer() -> Factory:
     def build(*answers: Answer, deadline: float = 600.0,
               budgets: RateBudgets | None = None,
               clock: FakeClock | None = None) -> tuple[Deliverer, Script, FakeClock]:
-        clock = clock or FakeClock()
+        clock = clock or FakeClock(start=0.0)
         script = Script(clock, *answers)
         client = httpx.Client(transport=httpx.MockTransport(script), base_url=BASE)
         budgets = budgets or RateBudgets(clock=clock.monotonic, wall=clock.time,
@@ -122,7 +104,7 @@ def test_bulk_requests_carry_the_bulk_header(deliverer: Factory) -> None:
 
 
 def test_429_waits_for_the_reset_then_succeeds(deliverer: Factory) -> None:
-    clock = FakeClock()
+    clock = FakeClock(start=0.0)
     reset = str(int(clock.time()) + 7)
     d, script, _ = deliverer(
         reply(429, {"message": "rate limited"}, X_RateLimit_Limit="3000",
@@ -136,7 +118,7 @@ def test_429_waits_for_the_reset_then_succeeds(deliverer: Factory) -> None:
 
 @pytest.mark.parametrize("header", ["X_RateLimit_Reset", "Retry_After"])
 def test_a_429_pauses_every_sender_of_the_group(deliverer: Factory, header: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(start=0.0)
     budgets = RateBudgets(clock=clock.monotonic, wall=clock.time, sleep=clock.sleep)
     value = str(int(clock.time()) + 30) if header == "X_RateLimit_Reset" else "30"
     # The first integration gives up at once: waiting for the reset would pass its deadline.

@@ -5,54 +5,18 @@ accepts every request built from valid rows: the 400 messages never happen."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import orjson
 import pyarrow as pa
 import pytest
-from hypothesis import event, given, settings
-from hypothesis import strategies as st
 
-from engage_sandbox import identity as sb_identity
-from engage_sandbox import subscriptions as sb_subs
-from engage_sandbox.store import ProfileStore
 from engage_sync import kinds
-from engage_sync.batching import Batch
-from engage_sync.config import Integration, parse_integration
+from engage_sync.config import parse_integration
 from engage_sync.kinds.track_transform import transform_batch
-from engage_sync.model import USER_SEP, TransformResult
-
-MARK = "§"
-
-
-def integration(kind: str, section: dict[str, Any] | None = None, **extra: Any) -> Integration:
-    raw: dict[str, Any] = {"kind": kind, "source": {"table": "t"}, **extra}
-    if section is not None:
-        raw[kind] = section
-    return parse_integration(raw, file=f"{kind}.yaml")
-
-
-def run(i: Integration, columns: dict[str, list[Any]]) -> tuple[TransformResult, list[Batch]]:
-    n = len(next(iter(columns.values())))
-    batch = pa.RecordBatch.from_pydict({"UPDATED_AT": list(range(n)), **columns})
-    result = kinds.kind_of(i).transform(i, batch, 100)
-    assert sorted([x.seq for x in result.items] + [r.seq for r in result.rejects]) == \
-        list(range(100, 100 + n))
-    packer = kinds.kind_of(i).packer(i)
-    batches = [b for b in (packer.add(x) for x in result.items) if b is not None]
-    last = packer.flush()
-    return result, batches + ([last] if last else [])
-
-
-def bodies(batches: list[Batch]) -> list[dict[str, Any]]:
-    return [orjson.loads(b.body) for b in batches]
-
+from engage_sync.model import USER_SEP
+from tests.kind_helpers import SUBS, bodies, integration, run
 
 # --- subscriptions -------------------------------------------------------------------------
 
-SUBS = {"user": {"external_id": "EXTERNAL_ID", "email": "EMAIL", "phone": "PHONE"},
-        "group_column": "GROUP_ID", "state_column": "STATE"}
 
 
 def test_subscription_rows_become_grouped_objects_and_bad_rows_are_rejected() -> None:
@@ -230,73 +194,3 @@ def test_integer_ids_are_sent_as_text_and_keyed_by_their_digits() -> None:
     result, batches = run(i, {"EXTERNAL_ID": [42, 7]})
     assert [x.key for x in result.items] == ["42", "7"]
     assert bodies(batches) == [{"external_ids": ["42", "7"]}]
-
-
-# --- property: the sandbox accepts every request built from random rows -----------------
-
-HANDLERS: dict[str, Callable[[Any, ProfileStore], Any]] = {
-    "/v2/subscription/status/set": sb_subs.handle_v2,
-    "/subscription/status/set": sb_subs.handle_v1,
-    "/users/delete": sb_identity.handle_delete,
-    "/users/identify": sb_identity.handle_identify,
-    "/users/merge": sb_identity.handle_merge,
-    "/users/alias/update": sb_identity.handle_alias_update,
-}
-
-junk = st.one_of(
-    st.none(), st.just(""), st.just(" "), st.text(max_size=6).map(lambda s: MARK + s),
-    st.sampled_from([MARK + "a@x.io", "+15551234567", "subscribed", "crm", MARK + "@", "+0123"]),
-    st.integers(0, 99),
-)
-emails = st.sampled_from(["a", "b", "c"]).map(lambda s: f"{MARK}{s}@x.io")
-phones = st.sampled_from(["+15551234567", "+4915112345678", "+447700900123"])
-GOOD = {"EMAIL": emails, "E": emails, "ME": emails, "PHONE": phones, "KP": phones,
-        "STATE": st.sampled_from(["subscribed", "unsubscribed"]),
-        "GROUP_ID": st.sampled_from(["g1", "g2"]), "L": st.just("crm"), "KL": st.just("crm"),
-        "ALIAS_LABEL": st.just("crm")}
-OPTIONAL = {"EXTERNAL_ID", "EMAIL", "PHONE", "ALIAS_NAME", "BRAZE_ID", "N", "E", "M", "ME",
-            "KN", "KP"}
-
-
-def cells(column: str) -> st.SearchStrategy[Any]:
-    """Mostly valid values of the column, often NULL where NULL is allowed, some junk."""
-    good = GOOD.get(column, st.sampled_from(["a", "b", "c", "d"]).map(lambda s: MARK + s))
-    null = st.none() if column in OPTIONAL or column == "ALIAS_LABEL" else good
-    return st.integers(0, 9).flatmap(
-        lambda k: junk if k == 0 else null if k < 5 else good)
-
-CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    ("subscriptions", SUBS, {"row_key": ["ID"]}),
-    ("subscriptions", {**SUBS, "endpoint": "v1"}, {"row_key": ["ID"]}),
-    ("deletes", {"identifiers": ["external_id", "user_alias", "platform_id", "email"],
-                 "prioritization": ["identified", "most_recently_updated"]}, {"row_key": ["ID"]}),
-    ("identify", {"alias_name": "N", "alias_label": "L", "email": "E",
-                  "prioritization": ["identified"]}, {"row_key": ["ID"]}),
-    ("merges", {"merge": {"external_id": "M", "email": "ME", "prioritization": ["identified"]},
-                "keep": {"alias_name": "KN", "alias_label": "KL", "phone": "KP",
-                         "prioritization": ["unidentified"]}}, {"row_key": ["ID"]}),
-    ("alias_renames", {}, {}),
-]
-
-
-@settings(max_examples=60, deadline=None)
-@given(case=st.sampled_from(CASES), data=st.data(), n=st.integers(1, 120),
-       limit=st.integers(1, 50))
-def test_random_rows_are_accounted_for_and_every_request_is_accepted(
-    case: tuple[str, dict[str, Any], dict[str, Any]], data: st.DataObject, n: int, limit: int
-) -> None:
-    kind, section, extra = case
-    i = integration(kind, section, service={"limits": {"ids_per_request": limit}}, **extra)
-    names = [c for c in kinds.kind_of(i).columns(i) if c != "ID"]
-    columns: dict[str, list[Any]] = {
-        c: [str(x) if isinstance(x, int) else x
-            for x in data.draw(st.lists(cells(c), min_size=n, max_size=n))] for c in names}
-    result, batches = run(i, {"ID": list(range(n)), **columns})
-    event(f"{kind}: {'some' if result.items else 'no'} valid rows")
-    for reject in result.rejects:
-        assert MARK not in reject.reason
-    assert [x for b in batches for x in b.items] == result.items
-    for batch in batches:
-        assert len(batch.items) <= limit
-        outcome = HANDLERS[batch.endpoint](orjson.loads(batch.body), ProfileStore())
-        assert outcome.status < 400, (outcome.body, batch.body)

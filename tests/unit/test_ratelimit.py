@@ -9,31 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engage_sync.ratelimit import RateBudget, RateBudgets, parse_reset, parse_retry_after
-
-EPOCH = 1_700_000_000.0
-
-
-class FakeClock:
-    """Monotonic and wall time that move only when someone sleeps or `advance`s."""
-
-    def __init__(self, start: float = 100.0) -> None:
-        self.t = start
-        self.slept: list[float] = []
-        self._lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def time(self) -> float:
-        return EPOCH + self.t
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.slept.append(seconds)
-            self.t += seconds
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
+from tests.fakes import EPOCH, FakeClock
 
 
 def budget(clock: FakeClock, requests: int = 5, per_seconds: float = 1.0) -> RateBudget:

@@ -1,0 +1,167 @@
+"""The send-and-settle loop (send_loop.py) with a fake deliverer and a fake state store: journal
+before send, the cursor over the settled prefix only, one user at a time, a 401 stops the run
+with the refused request unsettled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from engage_sync.batching import Batch
+from engage_sync.classify import Outcome
+from engage_sync.deliver import Delivery
+from engage_sync.model import Item
+from engage_sync.progress import Cursor, Progress
+from engage_sync.request import Request
+from engage_sync.send_loop import FatalStop, Outgoing, RunContext, SendLoop
+from engage_sync.state import JournalEntry, Settlement
+
+
+class FakeState:
+    """Records journal writes and settlements, in order."""
+
+    def __init__(self) -> None:
+        self.journaled: list[int] = []
+        self.settled: list[tuple[str, int]] = []
+        self.progress: list[Cursor] = []
+        self.lock = threading.Lock()
+
+    def journal_pending(self, run_id: str, entries: list[JournalEntry]) -> None:
+        with self.lock:
+            self.journaled += [e.req_no for e in entries]
+
+    def settle(self, run_id: str, integration: str, settlements: list[Settlement],
+               progress: Cursor | None = None, move_cursor: bool = True,
+               acked_rows: Any = ()) -> None:
+        with self.lock:
+            self.settled += [(s.state, s.req_no) for s in settlements]
+            if progress is not None:
+                self.progress.append(tuple(progress))
+
+
+class FakeDeliverer:
+    """Answers each request with `answers[first item's key]` (default ok), holding it until its
+    gate opens; records what was in flight and whether it was journaled first."""
+
+    def __init__(self, state: FakeState, answers: dict[str, Outcome] | None = None) -> None:
+        self.state, self.answers = state, answers or {}
+        self.gates: dict[str, threading.Event] = {}
+        self.in_flight: list[str] = []
+        self.overlaps: list[set[str]] = []
+        self.unjournaled = 0
+        self.sent: list[str] = []
+        self.lock = threading.Lock()
+
+    def send(self, request: Request) -> Delivery:
+        key = request.items[0].key
+        users = {i.user for i in request.items}
+        with self.lock:
+            self.sent.append(key)
+            if len(self.state.journaled) < len(self.sent):
+                self.unjournaled += 1
+            self.overlaps.append(users & {u for k in self.in_flight for u in k.split(",")})
+            self.in_flight.append(",".join(sorted(users)))
+        gate = self.gates.get(key)
+        if gate is not None:
+            assert gate.wait(5)
+        with self.lock:
+            self.in_flight.remove(",".join(sorted(users)))
+        return Delivery(self.answers.get(key, Outcome("ok", "accepted", 201)), attempts=1)
+
+
+def segment(k: int, user: str) -> Outgoing:
+    """Request k (1-based) covering rows (k-1, k], one item of `user`."""
+    items = (Item(k, f"r{k}", user, "events", b"{}"),)
+    batch = Batch(items, (("events", 0),), b'{"events":[{}]}', "/users/track")
+    return Outgoing((k - 1,) if k > 1 else None, (k,), batch=batch)
+
+
+def loop(state: FakeState, deliverer: FakeDeliverer, group: bool = False,
+         in_flight: int = 4) -> tuple[SendLoop, dict[str, int]]:
+    counts = {"requests": 0, "synced": 0, "failed": 0, "in_doubt": 0}
+    ctx = RunContext(run_id="run", integration="events", state=state,  # type: ignore[arg-type]
+                     deliverer=deliverer, max_in_flight=in_flight,  # type: ignore[arg-type]
+                     group_commits=group, resend_in_doubt=False, bulk=False,
+                     may_move_cursor=lambda _: True, counts=counts, report=lambda: None)
+    return SendLoop(ctx, Progress(None)), counts
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_every_request_is_journaled_before_it_leaves(group: bool) -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    sender, counts = loop(state, deliverer, group=group)
+    for k in range(1, 71):
+        sender.submit(segment(k, f"u{k % 7}"), k)
+    sender.drain()
+    sender.close()
+    assert deliverer.unjournaled == 0
+    assert sorted(state.journaled) == list(range(1, 71))
+    assert counts["synced"] == 70 and state.progress[-1] == (70,)
+
+
+def test_the_cursor_waits_for_a_slow_first_request() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    deliverer.gates["r1"] = gate = threading.Event()
+    sender, _ = loop(state, deliverer)
+    for k in (1, 2, 3):
+        sender.submit(segment(k, f"u{k}"), k)
+    deadline = time.monotonic() + 5
+    while len(deliverer.sent) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sender.submit(segment(4, "u4"), 4)  # waits for room: collects 2 and 3 meanwhile
+    assert all(p < (1,) for p in state.progress)  # requests 2, 3 done; request 1 is not
+    gate.set()
+    sender.drain()
+    sender.close()
+    assert state.progress[-1] == (4,)
+
+
+def test_two_requests_of_one_user_are_never_in_flight_together() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    deliverer.gates["r1"] = gate = threading.Event()
+    sender, _ = loop(state, deliverer)
+    threading.Timer(0.2, gate.set).start()
+    for k in range(1, 9):
+        sender.submit(segment(k, "same" if k in (1, 2) else f"u{k}"), k)
+    sender.drain()
+    sender.close()
+    assert all(not users for users in deliverer.overlaps)
+    assert deliverer.sent.index("r2") > deliverer.sent.index("r1")
+
+
+def test_a_refused_key_stops_the_run_and_leaves_the_request_unsettled() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state, {"r2": Outcome("fatal", "HTTP 401: invalid API key", 401)})
+    sender, counts = loop(state, deliverer, in_flight=1)
+    sender.submit(segment(1, "u1"), 1)
+    sender.submit(segment(2, "u2"), 2)
+    sender.submit(segment(3, "u3"), 3)
+    with pytest.raises(FatalStop, match="401"):
+        sender.drain()
+    sender.close()
+    assert ("acked", 1) in state.settled and all(n != 2 for _, n in state.settled)
+    assert state.progress[-1] == (1,)  # never past the refused request
+    assert counts["synced"] <= 2
+
+
+def test_in_doubt_and_item_errors_are_counted_and_settle() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state, {
+        "r1": Outcome("in_doubt", "HTTP 500", 500),
+        "r2": Outcome("ok", "accepted", 201, item_errors={0: "invalid"}),
+    })
+    sender, counts = loop(state, deliverer)
+    sender.submit(segment(1, "u1"), 1)
+    sender.submit(segment(2, "u2"), 2)
+    sender.drain()
+    sender.close()
+    assert (counts["in_doubt"], counts["failed"], counts["synced"]) == (1, 1, 0)
+    assert sorted(state.settled) == [("acked", 2), ("in_doubt", 1)]
+    assert state.progress[-1] == (2,)
