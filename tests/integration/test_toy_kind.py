@@ -55,5 +55,5 @@ def test_an_unknown_kind_is_refused_with_the_known_ones_named(tmp_path: Path) ->
     from engage_sync.config import parse_integration
     from engage_sync.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown kind 'touches'.*attributes"):
+    with pytest.raises(ConfigError, match=r"unknown kind 'touches'.*attributes"):
         parse_integration({"kind": "touches", "source": {"table": "t"}}, file="t.yaml")

@@ -14,7 +14,7 @@ import pytest
 from engage_sandbox.dashboard_seed import DashboardSeedError, parse_dashboard
 from engage_sandbox.server import run_sandbox
 from engage_sandbox.settings import SandboxSettings
-from tests.sandbox.conftest_s2 import (
+from tests.sandbox.seeded_sandbox import (
     TRACK_ONLY_KEY,
     _clients,
     api,

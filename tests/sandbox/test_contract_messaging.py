@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.sandbox.conftest_s2 import (
+from tests.sandbox.seeded_sandbox import (
     TRACK_ONLY_KEY,
     _clients,
     api,

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.sandbox.conftest_s2 import SCIM_TOKEN, _clients, api, s2_sandbox, scim
+from tests.sandbox.seeded_sandbox import SCIM_TOKEN, _clients, api, s2_sandbox, scim
 
 __all__ = ["_clients", "api", "s2_sandbox", "scim"]
 
