@@ -31,7 +31,7 @@ import httpx
 import orjson
 
 from engage_sync.deliver import Deliverer
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.request import Request
 

@@ -8,7 +8,7 @@ What it does, per invocation:
 2. starts the sandbox in lean mode as a separate process on 127.0.0.1 with the service's
    real rate limit for /users/track (3,000 requests per 3 s) unless --no-rate-limits;
 3. per run: resets the sandbox (counters and rate windows), then runs
-   ``engage_sync.runner.sync_file`` in a separate child process with a fresh SQLite state DB,
+   ``engage_sync.wiring.sync_file`` in a separate child process with a fresh SQLite state DB,
    so the peak RSS is the sync's own. Peak RSS comes from ``os.wait4`` (that child's
    ``ru_maxrss``); the parent also samples ``/proc/PID/status`` every 50 ms to show the RSS
    over the run (at 25 / 50 / 75 % of the run and at its end);
@@ -153,7 +153,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def child_main(integration: str, state_db: str, profile: str | None) -> int:
     """Runs in the child process: one sync, then one JSON line on stdout."""
     import engage_sync
-    from engage_sync.runner import open_state, sync_file
+    from engage_sync.wiring import open_state, sync_file
 
     store = open_state(f"sqlite:///{state_db}")
     profiler = None

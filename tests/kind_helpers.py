@@ -11,7 +11,7 @@ import pyarrow as pa
 from engage_sync import kinds
 from engage_sync.batching import Batch
 from engage_sync.config import Integration, parse_integration
-from engage_sync.model import TransformResult
+from engage_sync.items import TransformResult
 
 MARK = "§"
 """Marks generated values, so a test can tell that a reason never echoes one."""

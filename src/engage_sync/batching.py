@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.request import group_for
 
 

@@ -43,8 +43,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from engage_sync.runner import open_state
     from engage_sync.status import InvalidCursor, page
+    from engage_sync.wiring import open_state
 
     store = open_state(args.state_url)
     name = Path(args.integration).stem
@@ -60,7 +60,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_errors(args: argparse.Namespace) -> int:
-    from engage_sync.runner import open_state
+    from engage_sync.wiring import open_state
 
     store = open_state(args.state_url)
     rows = store.errors(Path(args.integration).stem, limit=args.limit)
@@ -97,8 +97,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_status_server(args: argparse.Namespace) -> int:
-    from engage_sync.runner import open_state
     from engage_sync.status_server import serve
+    from engage_sync.wiring import open_state
 
     serve(lambda: open_state(args.state_url), host=args.host, port=args.port,
           config_dir=args.config_dir)
@@ -107,7 +107,7 @@ def cmd_status_server(args: argparse.Namespace) -> int:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     from engage_sync import retention
-    from engage_sync.runner import open_state
+    from engage_sync.wiring import open_state
 
     age = retention.retention(args.older_than)
     deleted = retention.prune(open_state(args.state_url), age)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engage_sync.batching import Batch, Packer
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.progress import Cursor, Progress, Segment, stamp
 from engage_sync.reading import RowBatch
 from engage_sync.send_loop import Outgoing

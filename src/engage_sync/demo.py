@@ -149,8 +149,8 @@ def _show(title: str, value: Any) -> None:
 
 def run_demo(workdir: Path, port: int = 0) -> int:
     from engage_sync.flows import sync_folder
-    from engage_sync.runner import open_state
     from engage_sync.status import page
+    from engage_sync.wiring import open_state
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -31,9 +31,9 @@ from engage_sync.folder import run_order
 from engage_sync.pipeline import run_options
 from engage_sync.progress import Mode
 from engage_sync.ratelimit import RateBudgets
-from engage_sync.runner import open_state, sync_file
 from engage_sync.state import StateStore
 from engage_sync.status import run_errors
+from engage_sync.wiring import open_state, sync_file
 
 ARTIFACT_ROWS = 1000
 

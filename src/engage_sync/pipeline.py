@@ -9,7 +9,7 @@ Invariants (DESIGN rules 1–5 and 7):
 - two requests that touch the same user are never in flight at once (`send_loop`);
 - every row read ends as synced, rejected, failed or in doubt.
 What differs between kinds is asked of the integration's `Kind`; nothing here branches on a
-kind's name. No Prefect here: flows call `run_sync` through `runner`.
+kind's name. No Prefect here: flows call `run_sync` through `wiring`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import ConfigError, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.progress import (
     Cursor,
     Mode,

@@ -19,8 +19,8 @@ from sqlalchemy.engine import Engine
 
 from engage_sync.config import Integration
 from engage_sync.extract import SourceSpec, stream_batches
+from engage_sync.items import Item
 from engage_sync.kinds import Kind
-from engage_sync.model import Item
 from engage_sync.progress import REJECTED, Cursor, Ranges, digest, encode_cursor, stamp
 from engage_sync.state import StateStore
 from engage_sync.window import Window

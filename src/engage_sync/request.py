@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from engage_sync.model import Item
+from engage_sync.items import Item
 
 USERS_TRACK = "users_track"
 SUBSCRIPTION = "subscription"

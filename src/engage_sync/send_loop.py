@@ -24,7 +24,7 @@ from typing import Any
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import FatalDeliveryError
-from engage_sync.model import users_of
+from engage_sync.items import users_of
 from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
 from engage_sync.state import JournalEntry, Settlement, StateStore

@@ -23,8 +23,8 @@ import yaml
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
 from engage_sync.config import Integration, load_integration
-from engage_sync.runner import open_state
 from engage_sync.state import StateStore
+from engage_sync.wiring import open_state
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 1, 1, 0, 0, 0)

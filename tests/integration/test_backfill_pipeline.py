@@ -7,8 +7,8 @@ from datetime import UTC, timedelta
 from pathlib import Path
 
 from engage_sync.pipeline import RunOptions
-from engage_sync.runner import sync_file
 from engage_sync.state import StateStore
+from engage_sync.wiring import sync_file
 from tests.integration.conftest import (
     T0,
     Service,

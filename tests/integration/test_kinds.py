@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.ratelimit import RateBudgets
-from engage_sync.runner import open_state, sync_file
 from engage_sync.state import StateStore
+from engage_sync.wiring import open_state, sync_file
 from tests.integration.conftest import (
     SUBSCRIPTION_LIMIT,
     T0,

@@ -13,8 +13,8 @@ import pytest
 import engage_sync.reading as reading
 from engage_sync.errors import SourceError, SyncError
 from engage_sync.pipeline import RunOptions
-from engage_sync.runner import sync_file
 from engage_sync.state import JournalEntry, Settlement, StateStore
+from engage_sync.wiring import sync_file
 from tests.integration.conftest import (
     T0,
     Service,
@@ -199,8 +199,8 @@ def test_state_on_postgresql_for_teams(
     acks, status pages and a resume all work on it."""
     import sqlalchemy as sa
 
-    from engage_sync.runner import open_state
     from engage_sync.status import page
+    from engage_sync.wiring import open_state
 
     schema = f"state_{warehouse.name}"
     admin = sa.create_engine(postgres_url)

@@ -10,8 +10,8 @@ import pytest
 
 from engage_sync import kinds
 from engage_sync.folder import run_order
-from engage_sync.runner import sync_file
 from engage_sync.state import StateStore
+from engage_sync.wiring import sync_file
 from tests.integration.conftest import (
     T0,
     Service,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pyarrow as pa
 
 from engage_sync.config import Integration
+from engage_sync.items import TransformResult
 from engage_sync.kinds import Kind
 from engage_sync.kinds.arrow_values import Columns
 from engage_sync.kinds.rows import Outcomes, Rows
 from engage_sync.kinds.track import packer
-from engage_sync.model import TransformResult
 
 
 def columns(integration: Integration) -> list[str]:

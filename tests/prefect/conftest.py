@@ -25,8 +25,8 @@ import sqlalchemy as sa
 
 from engage_sandbox.server import SandboxHandle
 from engage_sync.demo import free_port
-from engage_sync.runner import open_state
 from engage_sync.state import StateStore
+from engage_sync.wiring import open_state
 from tests.integration.conftest import (  # noqa: F401  (the session sandbox fixture)
     T0,
     event_rows,

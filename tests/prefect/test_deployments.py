@@ -17,7 +17,7 @@ from prefect.deployments import run_deployment
 
 from engage_sync import backfill
 from engage_sync.flows import SyncAlert, sync_integration
-from engage_sync.runner import open_state
+from engage_sync.wiring import open_state
 from tests.integration.conftest import T0, write_integration
 from tests.prefect.conftest import EVENTS, USERS, Served
 

@@ -9,7 +9,7 @@ import pytest
 
 from engage_sync import flows
 from engage_sync.pipeline import DryRun
-from engage_sync.runner import Outcome
+from engage_sync.wiring import Outcome
 
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes"}
 

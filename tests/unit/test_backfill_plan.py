@@ -20,7 +20,7 @@ from engage_sync.backfill import (
     plan,
 )
 from engage_sync.errors import ConfigError
-from engage_sync.runner import open_state
+from engage_sync.wiring import open_state
 
 D = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engage_sync.classify import Outcome, classify
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.request import Request
 
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from engage_sync.deliver import Deliverer
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.request import Request
 from tests.fakes import EPOCH, FakeClock

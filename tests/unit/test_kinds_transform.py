@@ -11,8 +11,8 @@ import pytest
 
 from engage_sync import kinds
 from engage_sync.config import parse_integration
+from engage_sync.items import USER_SEP
 from engage_sync.kinds.track_transform import transform_batch
-from engage_sync.model import USER_SEP
 from tests.kind_helpers import SUBS, bodies, integration, run
 
 # --- subscriptions -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engage_sync.batching import Batch
 from engage_sync.cutter import Cutter
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.progress import (
     Progress,
     Segment,

@@ -13,7 +13,7 @@ import pytest
 from engage_sync.batching import Batch
 from engage_sync.classify import Outcome
 from engage_sync.deliver import Delivery
-from engage_sync.model import Item
+from engage_sync.items import Item
 from engage_sync.progress import Cursor, Progress
 from engage_sync.request import Request
 from engage_sync.send_loop import FatalStop, Outgoing, RunContext, SendLoop

@@ -20,11 +20,11 @@ import pytest
 import uvicorn
 
 from engage_sync.cli import main
-from engage_sync.runner import open_state
 from engage_sync.state import StateStore
 from engage_sync.state_schema import runs
 from engage_sync.status import encode_page_cursor, page
 from engage_sync.status_server import create_app
+from engage_sync.wiring import open_state
 
 TOKEN = "test-token-0123456789abcdef"
 SIX = {"job_status", "sync_start_time", "sync_finish_time", "last_timestamp_synced",

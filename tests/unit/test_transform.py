@@ -13,8 +13,8 @@ import pytest
 
 from engage_sync.config import Integration, parse_integration
 from engage_sync.errors import SourceError
+from engage_sync.items import TransformResult, render_key
 from engage_sync.kinds.track_transform import iso_utc, transform_batch
-from engage_sync.model import TransformResult, render_key
 
 T0 = datetime(2024, 1, 2, 3, 4, 5)
 T0_ISO = "2024-01-02T03:04:05Z"

@@ -15,8 +15,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from engage_sync.config import Integration, parse_integration
+from engage_sync.items import TransformResult
 from engage_sync.kinds.track_transform import transform_batch
-from engage_sync.model import TransformResult
 
 MARK = "§"
 T0 = datetime(2024, 1, 2, 3, 4, 5)

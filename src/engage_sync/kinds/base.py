@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from engage_sync.batching import Packer
-from engage_sync.model import TransformResult
+from engage_sync.items import TransformResult
 from engage_sync.request import group_for
 
 if TYPE_CHECKING:

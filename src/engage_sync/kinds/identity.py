@@ -40,9 +40,9 @@ from engage_sync.config_kinds import (
     MergeSpec,
     UserColumns,
 )
+from engage_sync.items import USER_SEP, Item, TransformResult, users_of
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.rows import Outcomes, Rows, UserRef, read_users, user_name
-from engage_sync.model import USER_SEP, Item, TransformResult, users_of
 
 DELETE = "/users/delete"
 IDENTIFY = "/users/identify"

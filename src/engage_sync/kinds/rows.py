@@ -17,7 +17,7 @@ import pyarrow as pa
 from engage_sync import validate as v
 from engage_sync.config_kinds import UserColumns
 from engage_sync.errors import SourceError
-from engage_sync.model import Item, Reject, TransformResult, render_key
+from engage_sync.items import Item, Reject, TransformResult, render_key
 
 
 class Rows:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from engage_sync.batching import Batch
-from engage_sync.model import Item
+from engage_sync.items import Item
 
 ARRAYS = ("attributes", "events", "purchases")
 _OVERHEAD = len(b'{"attributes":[],"events":[],"purchases":[]}')

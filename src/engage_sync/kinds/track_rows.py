@@ -14,8 +14,8 @@ import orjson
 
 from engage_sync import validate as v
 from engage_sync.config import Integration
+from engage_sync.items import Item, Reject, TransformResult, key_part
 from engage_sync.kinds.arrow_values import Columns
-from engage_sync.model import Item, Reject, TransformResult, key_part
 
 # A row's user reference: (field of the object, its JSON value, canonical user string).
 Ref = tuple[str, Any, str]

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from engage_sync import validate as v
 from engage_sync.config import Integration
+from engage_sync.items import TransformResult
 from engage_sync.kinds.arrow_values import Columns, iso_utc
 from engage_sync.kinds.subscriptions import track_groups
 from engage_sync.kinds.track_events import events
@@ -36,7 +37,6 @@ from engage_sync.kinds.track_rows import (
     row_keys,
     update_flag,
 )
-from engage_sync.model import TransformResult
 
 __all__ = ["iso_utc", "transform_batch"]
 

@@ -1,4 +1,4 @@
-"""Build a run's dependencies from an integration and settings, and run it.
+"""Wiring: a run's dependencies built from an integration file and settings, then the run.
 
 The seam between the CLI / Prefect flows and the pure pipeline: engines, HTTP clients and the
 state store are made here, once per call, and closed after.
@@ -25,7 +25,7 @@ from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
 from engage_sync.status import alert_reason
 
-log = logging.getLogger("engage_sync.runner")
+log = logging.getLogger("engage_sync.wiring")
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
 DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL

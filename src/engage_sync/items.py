@@ -1,4 +1,4 @@
-"""Plain data that flows between the parts of the pipeline.
+"""Items and rejects: the plain data that flows from a kind's transform to its packer.
 
 Invariants:
 - an `Item` is one object of one request array, serialized once (`blob`), and knows the source
