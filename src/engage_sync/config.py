@@ -318,6 +318,17 @@ class Integration(_Frozen):
         assert fmt is not None
         return (*self.identifier_columns, fmt.payload_column)
 
+    @property
+    def hidden_key_columns(self) -> frozenset[str]:
+        """Key columns shown only as digests in row keys: the payload format's PAYLOAD column
+        (in the default key of events and purchases, or named in `row_key`), since its values
+        are payload and row keys go to errors, artifacts and logs."""
+        fmt = self.payload_format if self.kind in TRACK_KINDS else None
+        if fmt is None:
+            return frozenset()
+        payload = fmt.payload_column.lower()  # column names match case-insensitively
+        return frozenset(c for c in self.key_columns if c.lower() == payload)
+
 
 def _describe(err: ValidationError) -> str:
     parts = []

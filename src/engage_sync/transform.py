@@ -27,7 +27,7 @@ import pyarrow as pa
 from engage_sync import validate as v
 from engage_sync.config import EventMapping, Integration, PurchaseMapping
 from engage_sync.errors import SourceError
-from engage_sync.model import Item, Reject, TransformResult, key_part
+from engage_sync.model import KEY_PART_MAX, Item, Reject, TransformResult, digest_part, key_part
 from engage_sync.subscriptions import track_groups
 
 # A row's user reference: (field of the object, its JSON value, canonical user string).
@@ -146,11 +146,13 @@ class _Columns:
         return self._ready[name]
 
 
-def _keys(cols: _Columns, names: tuple[str, ...], n: int) -> list[str]:
+def _keys(cols: _Columns, names: tuple[str, ...], hidden: frozenset[str], n: int) -> list[str]:
+    """Row keys as `render_key` makes them (payload columns as digests), column by column."""
     if not names:
         return [""] * n
     parts = [
-        [x if type(x) is str and len(x) <= 64 else key_part(x) for x in cols.raw(name)]
+        [digest_part(x) for x in cols.raw(name)] if name in hidden else
+        [x if type(x) is str and len(x) <= KEY_PART_MAX else key_part(x) for x in cols.raw(name)]
         for name in names
     ]
     if len(parts) == 1:
@@ -260,7 +262,7 @@ def transform_batch(
     Raises SourceError when a configured column is not in the batch.
     """
     cols = _Columns(batch)
-    keys = _keys(cols, integration.key_columns, batch.num_rows)
+    keys = _keys(cols, integration.key_columns, integration.hidden_key_columns, batch.num_rows)
     sink = _Sink(first_seq, keys, integration.kind, integration.service.limits.max_body_bytes)
     refs = _references(integration, cols)
     if integration.kind == "attributes":

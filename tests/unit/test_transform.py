@@ -260,8 +260,8 @@ def test_payload_events_default_time_to_the_cursor() -> None:
     ]
     assert {i.array for i in result.items} == {"events"}
     assert [i.key for i in result.items] == [
-        render_key(["u1", rows.column(2)[0].as_py()]),
-        "u2|sha1:" + hashlib.sha1(rows.column(2)[1].as_py().encode()).hexdigest()[:16],
+        "u1|" + sha1_part(rows.column(2)[0].as_py()),
+        "u2|" + sha1_part(rows.column(2)[1].as_py()),
     ]
 
 
@@ -429,6 +429,35 @@ def test_every_row_is_one_item_or_one_reject() -> None:
                                                         (105, "u6")]
 
 
+def sha1_part(text: str) -> str:
+    return "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("kind", ["events", "purchases"])
+@pytest.mark.parametrize("row_key", [None, ["EXTERNAL_ID", "PAYLOAD"]])
+def test_payload_key_part_is_a_digest_however_short(kind: str, row_key: list[str] | None
+                                                    ) -> None:
+    """The PAYLOAD column in a row key (by default, or named in `row_key` in any case) holds
+    payload values: rejects and items carry its digest, never its text, however short."""
+    short = ['{"email": "a@b.io"}', '{"phone": "+15551234"}', "{bad", None]
+    rows = batch(UPDATED_AT=times(4), EXTERNAL_ID=["u1", "u2", "u3", "u4"], PAYLOAD=short)
+    config = integration(kind, **({"row_key": row_key} if row_key else {}))
+    result = transform_batch(config, rows, 0)
+    keys = sorted([r.key for r in result.rejects] + [i.key for i in result.items])
+    assert keys == sorted([f"u{n + 1}|{sha1_part(p)}" for n, p in enumerate(short[:3])]
+                          + ["u4|"])
+    assert not any(secret in k for secret in ("a@b.io", "+15551234", "{") for k in keys)
+
+
+def test_declared_key_columns_stay_readable() -> None:
+    """Identifier and declared key columns of 64 characters or fewer are shown as they are."""
+    rows = batch(UPDATED_AT=times(1), EXTERNAL_ID=["u1"], EVENT_ID=["e-1"],
+                 PAYLOAD=payloads({"name": "n"}))
+    (item,) = transform_batch(integration("events", row_key=["EXTERNAL_ID", "EVENT_ID"]),
+                              rows, 0).items
+    assert item.key == "u1|e-1"
+
+
 def test_row_key_columns_join_and_hash() -> None:
     long_value = "k" * 65
     rows = batch(UPDATED_AT=times(1), EXTERNAL_ID=["u1"], ID2=[long_value],
@@ -454,6 +483,10 @@ def test_render_key(values: list[Any], key: str) -> None:
     assert render_key(values) == key
 
 
+def test_render_key_hides_the_positions_given() -> None:
+    assert render_key(["u1", "x", None], hidden={1, 2}) == f"u1|{sha1_part('x')}|"
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [
@@ -477,3 +510,15 @@ def test_timestamp_columns_render_like_iso_utc(unit: str) -> None:
     got = [o["t"] for o in objects(transform_batch(integration(mapping=mapping), rows, 0))]
     expected = [iso_utc(x.replace(microsecond=0) if unit == "s" else x) for x in values]
     assert got == expected
+
+
+@pytest.mark.parametrize(("kind", "extra", "hidden"), [
+    ("events", {}, {"PAYLOAD"}),
+    ("events", {"row_key": ["EXTERNAL_ID", "payload"]}, {"payload"}),
+    ("events", {"row_key": ["EVENT_ID"]}, set()),
+    ("attributes", {}, set()),
+    ("purchases", {"payload": {"identifier": "email", "payload_column": "DATA"}}, {"DATA"}),
+])
+def test_hidden_key_columns(kind: str, extra: dict[str, Any], hidden: set[str]) -> None:
+    """Only the payload column is hidden, matched case-insensitively as columns are."""
+    assert integration(kind, **extra).hidden_key_columns == hidden
