@@ -344,11 +344,14 @@ def _attributes(
 
 
 def _payload_attributes_problem(payload: dict[str, Any], reserved: frozenset[str]) -> str | None:
+    """JSON values can be bad only as objects (array operations): the rest is checked by name."""
     if len(payload) > v.MAX_ATTRIBUTES_PER_ROW:
         return v.check_attribute_count(len(payload))
-    for name in payload:
+    for name, value in payload.items():
         if not name or name[0] == "$" or name in reserved:
             return v.check_attribute_name(name, reserved)
+        if type(value) is dict and (problem := v.check_attribute_value(name, value)):
+            return problem
     return None
 
 

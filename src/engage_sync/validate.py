@@ -271,10 +271,30 @@ def check_attribute_name(name: object, reserved: frozenset[str] = frozenset()) -
     return None
 
 
+ARRAY_OPERATORS = frozenset({"add", "remove", "update"})
+"""An attribute value that is an object of only these keys edits an array attribute: `add` and
+`remove` take arrays of strings, `update` an array of objects (the service refuses any other
+shape with an item error for the object, and one such object used to cost its whole request)."""
+
+
+def check_array_operation(name: str, value: dict[object, object]) -> str | None:
+    """Every operator of an array operation holds an array of the elements it takes."""
+    for operator, elements in value.items():
+        wanted, what = (dict, "objects") if operator == "update" else (str, "strings")
+        if type(elements) is not list or not all(type(e) is wanted for e in elements):
+            return f"attribute {name_label(name)}: '{operator}' must be an array of {what}"
+    return None
+
+
 def check_attribute_value(name: str, value: object) -> str | None:
-    """String, boolean, integer, finite float, array, object, or null (which unsets)."""
+    """String, boolean, integer, finite float, array, object, or null (which unsets); an
+    object of only ARRAY_OPERATORS keys must be a well-formed array operation."""
+    if isinstance(value, dict):
+        if value and value.keys() <= ARRAY_OPERATORS:
+            return check_array_operation(name, value)
+        return None
     kind = type(value)
-    if value is None or kind is str or kind is bool or kind is int or kind is list or kind is dict:
+    if value is None or kind is str or kind is bool or kind is int or kind is list:
         return None
     if kind is float:
         return None if math.isfinite(value) else f"attribute {name_label(name)} is not finite"  # type: ignore[arg-type]

@@ -224,6 +224,27 @@ def test_mapped_attribute_values_of_bad_types_are_rejected() -> None:
     ]
 
 
+def test_malformed_array_operations_are_rejected_per_row() -> None:
+    """Issue 12, hole 9: a payload or a struct column holding {"add": <not an array of
+    strings>} is rejected with a reason naming the attribute, before packing; the rows around
+    it are sent."""
+    rows = batch(UPDATED_AT=times(4), EXTERNAL_ID=["u1", "u2", "u3", "u4"],
+                 PAYLOAD=payloads({"tags": {"add": ["a"]}}, {"tags": {"add": 5}},
+                                  {"pets": {"update": ["x"]}}, {"tags": {"remove": ["a"]}}))
+    result = transform_batch(integration(), rows, 0)
+    assert [i.seq for i in result.items] == [0, 3]
+    assert [(r.seq, r.reason) for r in result.rejects] == [
+        (1, "attribute 'tags': 'add' must be an array of strings"),
+        (2, "attribute 'pets': 'update' must be an array of objects"),
+    ]
+    mapping = {"identifier": {"external_id": "USER_ID"}, "attributes": {"OPS": "tags"}}
+    ops = pa.array([{"add": ["a"]}, {"add": None}], pa.struct([("add", pa.list_(pa.string()))]))
+    result = transform_batch(integration(mapping=mapping),
+                             batch(UPDATED_AT=times(2), USER_ID=["u1", "u2"], OPS=ops), 0)
+    assert [(r.seq, r.reason) for r in result.rejects] == [
+        (1, "attribute 'tags': 'add' must be an array of strings")]
+
+
 def test_mapped_attribute_name_with_dollar_rejects_every_row() -> None:
     mapping = {"identifier": {"email": "MAIL"}, "attributes": {"A": "$bad"}}
     rows = batch(UPDATED_AT=times(2), MAIL=["a@x.io", "b@x.io"], A=[1, 2])
