@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engage_sync.config_kinds import (
     FROZEN,
@@ -27,6 +34,7 @@ from engage_sync.config_kinds import (
     UserColumns,
 )
 from engage_sync.errors import ConfigError
+from engage_sync.secrets import env_name_problem
 
 Kind = Literal[
     "attributes", "events", "purchases",
@@ -95,6 +103,15 @@ class RateLimit(_Frozen):
 class Service(_Frozen):
     base_url: str = "http://127.0.0.1:8787"
     api_key_env: str = "ENGAGE_API_KEY"
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        """A variable name, so no message built from it can become a shell command."""
+        problem = env_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
     limits: Limits = Limits()
     rate_limit: RateLimit = RateLimit()
     max_in_flight: int = Field(default=4, ge=1, le=64)

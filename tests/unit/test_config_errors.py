@@ -3,11 +3,13 @@ echoes a value of the file (a pasted API key above all), not even in its excepti
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engage_sync import secrets
 from engage_sync.config import load_integration
 from engage_sync.errors import ConfigError
 
@@ -65,3 +67,32 @@ def test_a_pasted_key_gets_the_fix(tmp_path: Path) -> None:
     text = str(_refused(tmp_path, f"kind: attributes\nsource: {{table: U}}\n"
                                   f"service: {{api_key: {KEY}}}\n"))
     assert "service.api_key" in text and "api_key_env" in text
+
+
+BAD_NAMES = ["X; rm -rf /", "1ABC", "MY-KEY", "", "A B", "KEY$(id)", "ÄPI_KEY", KEY]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_api_key_env_must_name_a_variable(tmp_path: Path, name: str) -> None:
+    """Issue 12, hole 11: refused naming file and key; never a shell command built from it."""
+    error = str(_refused(tmp_path, "kind: attributes\nsource: {table: U}\n"
+                                   f"service: {{api_key_env: {json.dumps(name)}}}\n"))
+    assert "key 'service.api_key_env'" in error and "environment variable" in error
+    assert "export" not in error and (not name or name not in error)
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_api_key_lookup_never_suggests_a_command_from_a_bad_name(name: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        secrets.api_key("users", name, env={name: "x"})
+    assert "export" not in str(raised.value) and (not name or name not in str(raised.value))
+
+
+@pytest.mark.parametrize("name", ["ENGAGE_API_KEY", "_K", "k2"])
+def test_good_variable_names_are_taken(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "users.yaml"
+    path.write_text(f"kind: attributes\nsource: {{table: U}}\nservice: {{api_key_env: {name}}}\n")
+    assert load_integration(path).service.api_key_env == name
+    assert secrets.api_key("users", name, env={name: "k"}) == "k"
+    with pytest.raises(ConfigError, match=f"export {name}=<your REST API key>"):
+        secrets.api_key("users", name, env={})
