@@ -47,7 +47,7 @@ from engage_sync.state import (
     encode_cursor,
     owner_alive,
 )
-from engage_sync.status import job_status, record
+from engage_sync.status import job_message, job_status, record
 from engage_sync.transform import transform_batch
 from engage_sync.window import align, backfill_window, incremental_window
 
@@ -278,8 +278,8 @@ class _Run:
             # KeyboardInterrupt, crashes: leave the run `running` so the next start resumes it.
             raise
         counts = state.counts(run_id)
-        status = job_status(counts.synced, counts.failed, counts.rejected, counts.in_doubt)
-        state.finish_run(run_id, status)
+        tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
+        state.finish_run(run_id, job_status(*tally), message=job_message(self.i.name, *tally))
         return record(state.run(run_id))
 
     def _batches(
