@@ -245,6 +245,21 @@ def test_malformed_array_operations_are_rejected_per_row() -> None:
         (1, "attribute 'tags': 'add' must be an array of strings")]
 
 
+def test_standard_fields_of_a_fixed_shape_are_checked_per_row() -> None:
+    """email_subscribe and subscription_groups are checked in payloads and in mapped string
+    columns, which are otherwise sent as they are."""
+    rows = batch(UPDATED_AT=times(3), EXTERNAL_ID=["u1", "u2", "u3"],
+                 PAYLOAD=payloads({"email_subscribe": "opted_in"}, {"email_subscribe": "yes"},
+                                  {"subscription_groups": [{"subscription_group_id": "g"}]}))
+    result = transform_batch(integration(), rows, 0)
+    assert [(r.seq, r.reason.split(" must")[0]) for r in result.rejects] == [
+        (1, "email_subscribe"), (2, "subscription_groups")]
+    mapping = {"identifier": {"external_id": "USER_ID"}, "attributes": {"SUB": "email_subscribe"}}
+    result = transform_batch(integration(mapping=mapping), batch(
+        UPDATED_AT=times(2), USER_ID=["u1", "u2"], SUB=["Subscribed", "subscribed"]), 0)
+    assert [(r.seq, r.key) for r in result.rejects] == [(0, "u1")]
+
+
 def test_mapped_attribute_name_with_dollar_rejects_every_row() -> None:
     mapping = {"identifier": {"email": "MAIL"}, "attributes": {"A": "$bad"}}
     rows = batch(UPDATED_AT=times(2), MAIL=["a@x.io", "b@x.io"], A=[1, 2])
