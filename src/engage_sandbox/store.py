@@ -15,6 +15,18 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+ARRAY_OPERATORS = frozenset({"add", "remove", "update"})
+"""An attribute value that is an object whose keys are all among these edits an array:
+``add`` and ``remove`` hold arrays of strings, ``update`` an array of objects. The spec lists
+only the attribute types (string, boolean, integer, array); this shape rule is the service's
+behaviour as reported in issue 12 (a wrong shape is an item error for that object alone)."""
+
+
+def is_array_operation(value: Any) -> bool:
+    """Whether an attribute value is an array operation (a non-empty object of operators)."""
+    return isinstance(value, dict) and bool(value) and value.keys() <= ARRAY_OPERATORS
+
+
 E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
 PRIORITIES = ("identified", "unidentified", "most_recently_updated")
 
@@ -251,8 +263,9 @@ class ProfileStore:
     def apply_attributes(self, profile: Profile, attributes: dict[str, Any]) -> None:
         """Apply attribute values with the /users/track rules.
 
-        None unsets; ``email``/``phone`` update the indexes; a mapping of only ``add`` and/or
-        ``remove`` lists edits an array attribute; any other value replaces the old one.
+        None unsets; ``email``/``phone`` update the indexes; a mapping of only ``add``,
+        ``remove`` and ``update`` lists edits an array attribute (``edited_array``); any other
+        value replaces the old one.
         Subscription groups are not handled here (see :meth:`set_subscription`).
         """
         for key, value in attributes.items():
@@ -262,12 +275,8 @@ class ProfileStore:
                 self.set_phone(profile, value if isinstance(value, str) else None)
             elif value is None:
                 profile.attributes.pop(key, None)
-            elif isinstance(value, dict) and value and set(value) <= {"add", "remove"}:
-                current = profile.attributes.get(key)
-                items = list(current) if isinstance(current, list) else []
-                items.extend(v for v in value.get("add") or [] if v not in items)
-                removed = value.get("remove") or []
-                profile.attributes[key] = [v for v in items if v not in removed]
+            elif is_array_operation(value):
+                profile.attributes[key] = edited_array(profile.attributes.get(key), value)
             else:
                 profile.attributes[key] = value
         self.touch(profile)
@@ -347,3 +356,14 @@ class ProfileStore:
         for alias in aliases:
             self.add_alias(target, alias)
         self.touch(target)
+
+
+def edited_array(current: Any, operation: dict[str, Any]) -> list[Any]:
+    """An array attribute after an array operation whose shape was validated (lists only):
+    ``add`` and ``update`` append the elements not already present (the sandbox's reading of
+    ``update``: the spec shows no finer semantics), then ``remove`` drops the listed ones."""
+    items = list(current) if isinstance(current, list) else []
+    for name in ("add", "update"):
+        items.extend(v for v in operation.get(name) or [] if v not in items)
+    removed = operation.get("remove") or []
+    return [v for v in items if v not in removed]

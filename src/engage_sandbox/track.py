@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.store import Profile, ProfileStore, is_e164
+from engage_sandbox.store import Profile, ProfileStore, is_array_operation, is_e164
 
 ARRAYS = ("attributes", "events", "purchases")
 
@@ -252,6 +252,16 @@ def properties_error(props: Any) -> str | None:
     return None
 
 
+def _array_operation_error(name: str, value: Any) -> str | None:
+    if not is_array_operation(value):
+        return None
+    for operator, elements in value.items():
+        wanted = dict if operator == "update" else str
+        if not isinstance(elements, list) or not all(isinstance(e, wanted) for e in elements):
+            return not_valid(name)
+    return None
+
+
 def _common_error(item: Any) -> Ref | str:
     if not isinstance(item, dict):
         return NOT_OBJECT
@@ -283,7 +293,8 @@ def attribute_error(item: Any) -> str | None:
         )
     ):
         return BAD_GROUPS
-    return None
+    return next((e for e in (_array_operation_error(k, v) for k, v in item.items()
+                             if k not in NON_ATTRIBUTE_KEYS) if e), None)
 
 
 def _time_error(item: dict[str, Any]) -> str | None:

@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +61,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_errors(args: argparse.Namespace) -> int:
+    from engage_sync.status import shown_key
     from engage_sync.wiring import open_state
 
     store = open_state(args.state_url)
     rows = store.errors(Path(args.integration).stem, limit=args.limit)
-    for row in rows:
-        print(f"{row['recorded_at']:%Y-%m-%d %H:%M:%S}  {row['kind']:<9} "
-              f"{row['row_key']}  {row['reason']}")
     if not rows:
         print("no rejected or failed rows recorded")
+        return 0
+    keys = [shown_key(row["row_key"]) for row in rows]
+    width = min(max(len("ROW KEY"), *map(len, keys)), 40)
+    print(f"{'RECORDED (UTC)':<19}  {'KIND':<9} {'ROW KEY':<{width}}  REASON")
+    for row, key in zip(rows, keys, strict=True):
+        at = row["recorded_at"]
+        at = at.astimezone(UTC) if at.tzinfo is not None else at  # naive: stored in UTC
+        print(f"{at:%Y-%m-%d %H:%M:%S}  {row['kind']:<9} "
+              f"{key:<{width}}  {row['reason']}")
     return 0
 
 

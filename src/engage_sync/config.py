@@ -17,7 +17,6 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -25,6 +24,7 @@ from pydantic import (
 )
 
 from engage_sync.config_kinds import (
+    FROZEN,
     KIND_SECTIONS,
     AliasRenameSpec,
     DeleteSpec,
@@ -35,6 +35,7 @@ from engage_sync.config_kinds import (
     UserColumns,
 )
 from engage_sync.errors import ConfigError
+from engage_sync.secrets import env_name_problem
 
 IdentifierKind = Literal["external_id", "user_alias", "platform_id", "email", "phone"]
 
@@ -50,7 +51,7 @@ def parse_duration(value: Any) -> timedelta:
         return timedelta(seconds=float(value))
     match = _DURATION.match(str(value))
     if not match:
-        raise ValueError(f"{value!r} is not a duration; write it like 90s, 5m, 2h or 1d")
+        raise ValueError("not a duration; write it like 90s, 5m, 2h or 1d")
     return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
@@ -58,7 +59,7 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = FROZEN
 
 
 class Warehouse(_Frozen):
@@ -98,6 +99,15 @@ class RateLimit(_Frozen):
 class Service(_Frozen):
     base_url: str = "http://127.0.0.1:8787"
     api_key_env: str = "ENGAGE_API_KEY"
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        """A variable name, so no message built from it can become a shell command."""
+        problem = env_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
     limits: Limits = Limits()
     rate_limit: RateLimit = RateLimit()
     max_in_flight: int = Field(default=4, ge=1, le=64)
@@ -338,18 +348,40 @@ class Integration(_Frozen):
         assert fmt is not None
         return (*self.identifier_columns, fmt.payload_column)
 
+    @property
+    def hidden_key_columns(self) -> frozenset[str]:
+        """Key columns shown only as digests in row keys: the payload format's PAYLOAD column
+        (in the default key of events and purchases, or named in `row_key`), since its values
+        are payload and row keys go to errors, artifacts and logs."""
+        fmt = self.payload_format if self.section is None else None
+        if fmt is None:
+            return frozenset()
+        payload = fmt.payload_column.lower()  # column names match case-insensitively
+        return frozenset(c for c in self.key_columns if c.lower() == payload)
+
+
+_SECRET_WORDS = ("key", "password", "secret", "token")
+
 
 def _describe(err: ValidationError) -> str:
+    """Each error as key and rule, never the value (models hide input; messages name keys)."""
     parts = []
-    for e in err.errors():
+    for e in err.errors(include_input=False, include_url=False):
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "is not a key here; check its spelling and place"
+            if any(w in str(e["loc"][-1]).lower() for w in _SECRET_WORDS):
+                msg += (". Never write a secret in this file: export it in an environment "
+                        "variable and name the variable in 'service.api_key_env' (API key) "
+                        "or as ${VAR} in 'warehouse.url' (password)")
         parts.append(f"key '{loc}': {msg}")
     return "; ".join(parts)
 
 
 def parse_integration(raw: Any, *, file: str) -> Integration:
-    """A mapping (as read from YAML) → Integration. Raises ConfigError naming file and key."""
+    """A mapping (as read from YAML) → Integration. Raises ConfigError naming file and key,
+    raised outside the `except` so no exception holding the file's values is chained to it."""
     if not isinstance(raw, dict):
         raise ConfigError("the file must hold a mapping of keys (name, kind, source, ...)",
                           file=file)
@@ -357,7 +389,16 @@ def parse_integration(raw: Any, *, file: str) -> Integration:
     try:
         return Integration.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc), file=file) from exc
+        problem = _describe(exc)
+    raise ConfigError(problem, file=file)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, without the snippet of the file PyYAML quotes (it may hold a secret)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = getattr(exc, "problem", None) or type(exc).__name__
+    return f"not valid YAML{where}: {what}"
 
 
 def load_integration(path: str | Path) -> Integration:
@@ -370,8 +411,10 @@ def load_integration(path: str | Path) -> Integration:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from exc
-    return parse_integration(raw, file=str(path))
+        problem = _yaml_problem(exc)
+    else:
+        return parse_integration(raw, file=str(path))
+    raise ConfigError(problem, file=str(path))
 
 
 def integration_files(folder: str | Path) -> list[Path]:

@@ -33,8 +33,13 @@ DELETE_FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
 KIND_SECTIONS = ("subscriptions", "deletes", "identify", "merges", "alias_renames")
 
 
+FROZEN = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+"""Every config model: frozen, no unknown keys, and no input value in a validation error (a
+file may hold a pasted secret; the errors reach logs, run records and Prefect's database)."""
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = FROZEN
 
 
 def check_prioritization(value: tuple[str, ...] | None) -> tuple[str, ...] | None:

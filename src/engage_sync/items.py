@@ -12,7 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -61,16 +61,30 @@ KEY_PART_MAX = 64
 
 
 def key_part(value: object) -> str:
-    """One row-key value as text: None → '', datetime/date → ISO 8601, other values → str;
-    text longer than KEY_PART_MAX characters → 'sha1:' + the first 16 hex digits of its SHA-1."""
+    """One row-key value of a declared key column as text: None → '', datetime/date →
+    ISO 8601, other values → str; text longer than KEY_PART_MAX characters → its digest."""
     if value is None:
         return ""
     text = value.isoformat() if isinstance(value, date) else str(value)
     if len(text) > KEY_PART_MAX:
-        return "sha1:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+        return _sha1(text)
     return text
 
 
-def render_key(values: Iterable[object]) -> str:
-    """The row key shown to users and stored with rejects: key parts joined by '|'."""
-    return "|".join(key_part(v) for v in values)
+def digest_part(value: object) -> str:
+    """A key part that holds payload (the payload format's PAYLOAD column): always its digest,
+    whatever its length, so no payload value reaches an error, an artifact or a log; None → ''."""
+    if value is None:
+        return ""
+    return _sha1(value.isoformat() if isinstance(value, date) else str(value))
+
+
+def _sha1(text: str) -> str:
+    return "sha1:" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def render_key(values: Iterable[object], hidden: Container[int] = ()) -> str:
+    """The row key shown to users and stored with rejects: key parts joined by '|'; the parts
+    at the positions in `hidden` (payload columns) are digests, never values."""
+    return "|".join(digest_part(v) if n in hidden else key_part(v)
+                    for n, v in enumerate(values))

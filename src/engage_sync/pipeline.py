@@ -45,7 +45,7 @@ from engage_sync.reading import Drops, Reader
 from engage_sync.resume import Opened, Skipper, open_run
 from engage_sync.send_loop import RunContext, SendLoop
 from engage_sync.state import StateStore
-from engage_sync.status import job_status, record
+from engage_sync.status import job_message, job_status, record
 from engage_sync.window import Window, align, backfill_window, incremental_window
 
 log = logging.getLogger("engage_sync.pipeline")
@@ -151,8 +151,9 @@ class _Run:
             raise
         # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
         counts = state.counts(self.run_id)
-        status = job_status(counts.synced, counts.failed, counts.rejected, counts.in_doubt)
-        state.finish_run(self.run_id, status)
+        tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
+        state.finish_run(self.run_id, job_status(*tally),
+                         message=job_message(self.i.name, *tally))
         return record(state.run(self.run_id))
 
     def _stream(self, opened: Opened) -> None:

@@ -15,7 +15,18 @@ from sqlalchemy.engine import make_url
 
 from engage_sync.errors import ConfigError
 
-_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+"""A portable environment variable name (POSIX shells accept no other)."""
+_REF = re.compile(r"\$\{(" + ENV_NAME + r")(?::-([^}]*))?\}")
+_ENV_NAME = re.compile(ENV_NAME)
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why `name` cannot name an environment variable, without repeating it, or None."""
+    if _ENV_NAME.fullmatch(name):
+        return None
+    return ("must be the name of an environment variable (letters, digits and '_', not "
+            "starting with a digit), such as ENGAGE_API_KEY; never the key itself")
 
 
 def expand(value: str, env: Mapping[str, str] | None = None, *, integration: str, key: str) -> str:
@@ -37,6 +48,10 @@ def expand(value: str, env: Mapping[str, str] | None = None, *, integration: str
 
 
 def api_key(integration: str, env_var: str, env: Mapping[str, str] | None = None) -> str:
+    problem = env_name_problem(env_var)
+    if problem is not None:  # no shell command is suggested from a name that is not one
+        raise ConfigError(f"integration {integration}: 'service.api_key_env' {problem}",
+                          key="service.api_key_env")
     env = os.environ if env is None else env
     key = env.get(env_var, "")
     if not key:

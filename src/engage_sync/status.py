@@ -38,6 +38,28 @@ def job_status(synced: int, failed: int, rejected: int, in_doubt: int) -> str:
     return "partial" if synced > 0 else "error"
 
 
+def job_message(integration: str, synced: int, failed: int, rejected: int,
+                in_doubt: int) -> str | None:
+    """What a run that synced none of the rows it read says about it and what to do; None for
+    every other run (their counts speak for themselves)."""
+    if job_status(synced, failed, rejected, in_doubt) != "error":
+        return None
+    read = failed + rejected + in_doubt
+    listing = f"`engage-sync errors {integration}` lists every row with its reason"
+    if rejected == read:
+        return (f"all {read} rows read were rejected before sending; {listing}: fix those rows "
+                "in the source (or the integration's mapping) and they are read again when "
+                "their UPDATED_AT changes")
+    if in_doubt == read:
+        return (f"all {read} rows read are in doubt: the service never confirmed their "
+                "requests (timeouts, 5xx, dropped connections), so they may or may not have "
+                f"arrived; check the service and the run logs; {listing}")
+    if failed == read:
+        return f"the service refused all {read} rows read; {listing}"
+    return (f"none of the {read} rows read was synced: {rejected} rejected, {failed} refused "
+            f"by the service, {in_doubt} in doubt; {listing}")
+
+
 def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
@@ -159,15 +181,26 @@ def _runs(store: StateStore, integration: str, seqs: list[int]) -> list[dict[str
     return [dict(r) for r in rows]
 
 
+NO_KEY_VALUE = "(no value)"
+"""How an empty row key part (a NULL or empty key column, often a missing identifier) is
+shown in the errors listing and the rejects artifact."""
+
+
+def shown_key(row_key: str) -> str:
+    """A stored row key for people: each empty part (NULL identifier...) as NO_KEY_VALUE."""
+    return "|".join(part or NO_KEY_VALUE for part in row_key.split("|"))
+
+
 def run_errors(store: StateStore, run_id: str, limit: int = 1000) -> list[dict[str, Any]]:
-    """Rejected, failed and in-doubt rows of one run: kind, row key and reason (no payload)."""
+    """Rejected, failed and in-doubt rows of one run: kind, row key (as `shown_key`) and reason
+    (no payload)."""
     errs = state.row_errors
     with store.engine.connect() as conn:
         rows = conn.execute(
             sa.select(errs.c.kind, errs.c.row_key, errs.c.reason)
             .where(errs.c.run_id == run_id).order_by(errs.c.kind, errs.c.position).limit(limit)
         ).mappings().all()
-    return [dict(r) for r in rows]
+    return [{**r, "row_key": shown_key(r["row_key"])} for r in rows]
 
 
 def integration_known(store: StateStore, integration: str) -> bool:

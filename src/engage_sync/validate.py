@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from datetime import date, datetime
 
 import orjson
@@ -271,10 +272,54 @@ def check_attribute_name(name: object, reserved: frozenset[str] = frozenset()) -
     return None
 
 
+ARRAY_OPERATORS = frozenset({"add", "remove", "update"})
+"""An attribute value that is an object of only these keys edits an array attribute: `add` and
+`remove` take arrays of strings, `update` an array of objects (the service refuses any other
+shape with an item error for the object, and one such object used to cost its whole request)."""
+
+
+def check_array_operation(name: str, value: dict[object, object]) -> str | None:
+    """Every operator of an array operation holds an array of the elements it takes."""
+    for operator, elements in value.items():
+        wanted, what = (dict, "objects") if operator == "update" else (str, "strings")
+        if type(elements) is not list or not all(type(e) is wanted for e in elements):
+            return f"attribute {name_label(name)}: '{operator}' must be an array of {what}"
+    return None
+
+
+EMAIL_SUBSCRIBE_STATES = ("opted_in", "subscribed", "unsubscribed")
+
+
+def check_email_subscribe(value: object) -> str | None:
+    """Null (unset) or one of EMAIL_SUBSCRIBE_STATES."""
+    if value is None or value in EMAIL_SUBSCRIBE_STATES:
+        return None
+    return "email_subscribe must be 'opted_in', 'subscribed' or 'unsubscribed'"
+
+
+def check_subscription_groups(value: object) -> str | None:
+    """An array of objects, each a group id and a state the service takes."""
+    if type(value) is list and all(
+            type(g) is dict and check_group_id(g.get("subscription_group_id")) is None
+            and check_subscription_state(g.get("subscription_state")) is None for g in value):
+        return None
+    return ("subscription_groups must be an array of objects with a subscription_group_id "
+            "and a subscription_state ('subscribed' or 'unsubscribed')")
+
+
 def check_attribute_value(name: str, value: object) -> str | None:
-    """String, boolean, integer, finite float, array, object, or null (which unsets)."""
+    """String, boolean, integer, finite float, array, object, or null (which unsets); an
+    object of only ARRAY_OPERATORS keys must be a well-formed array operation; the fields in
+    FIELD_CHECKS (standard attributes with a fixed shape) obey their own rule."""
+    field_check = FIELD_CHECKS.get(name)
+    if field_check is not None:
+        return field_check(value)
+    if isinstance(value, dict):
+        if value and value.keys() <= ARRAY_OPERATORS:
+            return check_array_operation(name, value)
+        return None
     kind = type(value)
-    if value is None or kind is str or kind is bool or kind is int or kind is list or kind is dict:
+    if value is None or kind is str or kind is bool or kind is int or kind is list:
         return None
     if kind is float:
         return None if math.isfinite(value) else f"attribute {name_label(name)} is not finite"  # type: ignore[arg-type]
@@ -326,3 +371,10 @@ def check_prioritization(value: object, field: str = "prioritization") -> str | 
     if "identified" in value and "unidentified" in value:
         return f"{field} may hold at most one of 'identified' and 'unidentified'"
     return None
+
+
+FIELD_CHECKS: dict[str, Callable[[object], str | None]] = {
+    "email_subscribe": check_email_subscribe,
+    "subscription_groups": check_subscription_groups,
+}
+"""Attributes objects' standard fields whose values the service checks (an item error)."""

@@ -125,6 +125,20 @@ ITEM_ERRORS: list[tuple[str, str, dict[str, Any], str]] = [
     ("bad subscription group", "attributes",
      {"external_id": "u1", "subscription_groups": [{"subscription_group_id": "g"}]},
      "'subscription_groups' is not valid"),
+    ("add of a number", "attributes", {"external_id": "u1", "tags": {"add": 5}},
+     "'tags' is not valid"),
+    ("add of a string", "attributes", {"external_id": "u1", "tags": {"add": "abc"}},
+     "'tags' is not valid"),
+    ("remove of a number", "attributes", {"external_id": "u1", "tags": {"remove": 5}},
+     "'tags' is not valid"),
+    ("add of numbers", "attributes", {"external_id": "u1", "tags": {"add": [1, 2]}},
+     "'tags' is not valid"),
+    ("add of nested arrays", "attributes", {"external_id": "u1", "tags": {"add": [["a"]]}},
+     "'tags' is not valid"),
+    ("update of strings", "attributes", {"external_id": "u1", "pets": {"update": ["a"]}},
+     "'pets' is not valid"),
+    ("update of an object", "attributes", {"external_id": "u1", "pets": {"update": {"id": 1}}},
+     "'pets' is not valid"),
 ]
 
 
@@ -280,6 +294,40 @@ def test_attribute_values_and_unset(client: httpx.Client, control: httpx.Client)
     stored = profile(control, external_id="u")
     assert stored is not None
     assert stored["attributes"] == {"s": "x", "b": True, "i": 2, "f": 0.5, "arr": ["b"]}
+
+
+def test_bad_array_operation_is_an_item_error_and_nothing_half_applied(
+    client: httpx.Client, control: httpx.Client
+) -> None:
+    """Issue 12, hole 9: an array operator holding a non-array is an item error for that object
+    alone (201), never a 500 after the earlier objects were applied, and never stored as the
+    characters of a string."""
+    good = [{"external_id": f"g{i}", "tags": {"add": ["x"]}} for i in range(3)]
+    bad = [{"external_id": "b1", "tags": {"add": "abc"}},
+           {"external_id": "b2", "tags": {"add": 5}}]
+    response = client.post("/users/track", json={"attributes": [*good[:2], *bad, good[2]]})
+    assert response.status_code == 201
+    assert response.json() == {"message": "success", "attributes_processed": 3,
+                               "errors": [err("'tags' is not valid", "attributes", 2),
+                                          err("'tags' is not valid", "attributes", 3)]}
+    assert [profile(control, external_id=f"g{i}")["attributes"]["tags"]  # type: ignore[index]
+            for i in range(3)] == [["x"]] * 3
+    assert profile(control, external_id="b1") is None
+    assert profile(control, external_id="b2") is None
+
+
+def test_array_operations_of_the_right_shape_apply(
+    client: httpx.Client, control: httpx.Client
+) -> None:
+    client.post("/users/track", json={"attributes": [
+        {"external_id": "u", "tags": ["a", "b"], "pets": [{"id": 1}]}]})
+    response = client.post("/users/track", json={"attributes": [
+        {"external_id": "u", "tags": {"add": ["c"], "remove": ["a"]},
+         "pets": {"update": [{"id": 2}]}}]})
+    assert response.json() == {"message": "success", "attributes_processed": 1}
+    stored = profile(control, external_id="u")
+    assert stored is not None
+    assert stored["attributes"] == {"tags": ["b", "c"], "pets": [{"id": 1}, {"id": 2}]}
 
 
 def test_processing_order_attributes_then_events_then_purchases(

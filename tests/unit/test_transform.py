@@ -224,6 +224,42 @@ def test_mapped_attribute_values_of_bad_types_are_rejected() -> None:
     ]
 
 
+def test_malformed_array_operations_are_rejected_per_row() -> None:
+    """Issue 12, hole 9: a payload or a struct column holding {"add": <not an array of
+    strings>} is rejected with a reason naming the attribute, before packing; the rows around
+    it are sent."""
+    rows = batch(UPDATED_AT=times(4), EXTERNAL_ID=["u1", "u2", "u3", "u4"],
+                 PAYLOAD=payloads({"tags": {"add": ["a"]}}, {"tags": {"add": 5}},
+                                  {"pets": {"update": ["x"]}}, {"tags": {"remove": ["a"]}}))
+    result = transform_batch(integration(), rows, 0)
+    assert [i.seq for i in result.items] == [0, 3]
+    assert [(r.seq, r.reason) for r in result.rejects] == [
+        (1, "attribute 'tags': 'add' must be an array of strings"),
+        (2, "attribute 'pets': 'update' must be an array of objects"),
+    ]
+    mapping = {"identifier": {"external_id": "USER_ID"}, "attributes": {"OPS": "tags"}}
+    ops = pa.array([{"add": ["a"]}, {"add": None}], pa.struct([("add", pa.list_(pa.string()))]))
+    result = transform_batch(integration(mapping=mapping),
+                             batch(UPDATED_AT=times(2), USER_ID=["u1", "u2"], OPS=ops), 0)
+    assert [(r.seq, r.reason) for r in result.rejects] == [
+        (1, "attribute 'tags': 'add' must be an array of strings")]
+
+
+def test_standard_fields_of_a_fixed_shape_are_checked_per_row() -> None:
+    """email_subscribe and subscription_groups are checked in payloads and in mapped string
+    columns, which are otherwise sent as they are."""
+    rows = batch(UPDATED_AT=times(3), EXTERNAL_ID=["u1", "u2", "u3"],
+                 PAYLOAD=payloads({"email_subscribe": "opted_in"}, {"email_subscribe": "yes"},
+                                  {"subscription_groups": [{"subscription_group_id": "g"}]}))
+    result = transform_batch(integration(), rows, 0)
+    assert [(r.seq, r.reason.split(" must")[0]) for r in result.rejects] == [
+        (1, "email_subscribe"), (2, "subscription_groups")]
+    mapping = {"identifier": {"external_id": "USER_ID"}, "attributes": {"SUB": "email_subscribe"}}
+    result = transform_batch(integration(mapping=mapping), batch(
+        UPDATED_AT=times(2), USER_ID=["u1", "u2"], SUB=["Subscribed", "subscribed"]), 0)
+    assert [(r.seq, r.key) for r in result.rejects] == [(0, "u1")]
+
+
 def test_mapped_attribute_name_with_dollar_rejects_every_row() -> None:
     mapping = {"identifier": {"email": "MAIL"}, "attributes": {"A": "$bad"}}
     rows = batch(UPDATED_AT=times(2), MAIL=["a@x.io", "b@x.io"], A=[1, 2])
@@ -260,8 +296,8 @@ def test_payload_events_default_time_to_the_cursor() -> None:
     ]
     assert {i.array for i in result.items} == {"events"}
     assert [i.key for i in result.items] == [
-        render_key(["u1", rows.column(2)[0].as_py()]),
-        "u2|sha1:" + hashlib.sha1(rows.column(2)[1].as_py().encode()).hexdigest()[:16],
+        "u1|" + sha1_part(rows.column(2)[0].as_py()),
+        "u2|" + sha1_part(rows.column(2)[1].as_py()),
     ]
 
 
@@ -429,6 +465,35 @@ def test_every_row_is_one_item_or_one_reject() -> None:
                                                         (105, "u6")]
 
 
+def sha1_part(text: str) -> str:
+    return "sha1:" + hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("kind", ["events", "purchases"])
+@pytest.mark.parametrize("row_key", [None, ["EXTERNAL_ID", "PAYLOAD"]])
+def test_payload_key_part_is_a_digest_however_short(kind: str, row_key: list[str] | None
+                                                    ) -> None:
+    """The PAYLOAD column in a row key (by default, or named in `row_key` in any case) holds
+    payload values: rejects and items carry its digest, never its text, however short."""
+    short = ['{"email": "a@b.io"}', '{"phone": "+15551234"}', "{bad", None]
+    rows = batch(UPDATED_AT=times(4), EXTERNAL_ID=["u1", "u2", "u3", "u4"], PAYLOAD=short)
+    config = integration(kind, **({"row_key": row_key} if row_key else {}))
+    result = transform_batch(config, rows, 0)
+    keys = sorted([r.key for r in result.rejects] + [i.key for i in result.items])
+    assert keys == sorted([f"u{n + 1}|{sha1_part(p)}" for n, p in enumerate(short[:3])]
+                          + ["u4|"])
+    assert not any(secret in k for secret in ("a@b.io", "+15551234", "{") for k in keys)
+
+
+def test_declared_key_columns_stay_readable() -> None:
+    """Identifier and declared key columns of 64 characters or fewer are shown as they are."""
+    rows = batch(UPDATED_AT=times(1), EXTERNAL_ID=["u1"], EVENT_ID=["e-1"],
+                 PAYLOAD=payloads({"name": "n"}))
+    (item,) = transform_batch(integration("events", row_key=["EXTERNAL_ID", "EVENT_ID"]),
+                              rows, 0).items
+    assert item.key == "u1|e-1"
+
+
 def test_row_key_columns_join_and_hash() -> None:
     long_value = "k" * 65
     rows = batch(UPDATED_AT=times(1), EXTERNAL_ID=["u1"], ID2=[long_value],
@@ -454,6 +519,10 @@ def test_render_key(values: list[Any], key: str) -> None:
     assert render_key(values) == key
 
 
+def test_render_key_hides_the_positions_given() -> None:
+    assert render_key(["u1", "x", None], hidden={1, 2}) == f"u1|{sha1_part('x')}|"
+
+
 @pytest.mark.parametrize(
     ("value", "text"),
     [
@@ -477,3 +546,15 @@ def test_timestamp_columns_render_like_iso_utc(unit: str) -> None:
     got = [o["t"] for o in objects(transform_batch(integration(mapping=mapping), rows, 0))]
     expected = [iso_utc(x.replace(microsecond=0) if unit == "s" else x) for x in values]
     assert got == expected
+
+
+@pytest.mark.parametrize(("kind", "extra", "hidden"), [
+    ("events", {}, {"PAYLOAD"}),
+    ("events", {"row_key": ["EXTERNAL_ID", "payload"]}, {"payload"}),
+    ("events", {"row_key": ["EVENT_ID"]}, set()),
+    ("attributes", {}, set()),
+    ("purchases", {"payload": {"identifier": "email", "payload_column": "DATA"}}, {"DATA"}),
+])
+def test_hidden_key_columns(kind: str, extra: dict[str, Any], hidden: set[str]) -> None:
+    """Only the payload column is hidden, matched case-insensitively as columns are."""
+    assert integration(kind, **extra).hidden_key_columns == hidden

@@ -237,6 +237,31 @@ def test_attribute_values(value: Any, ok: bool) -> None:
         assert "'attr'" in reason
 
 
+ARRAY_OPERATIONS: list[tuple[Any, str | None]] = [
+    ({"add": ["a"], "remove": ["b"]}, None),
+    ({"add": []}, None),
+    ({"update": [{"id": 1, "name": "rex"}]}, None),
+    ({"add": 5}, "attribute 'tags': 'add' must be an array of strings"),
+    ({"add": "abc"}, "attribute 'tags': 'add' must be an array of strings"),
+    ({"remove": None}, "attribute 'tags': 'remove' must be an array of strings"),
+    ({"add": ["a", 1]}, "attribute 'tags': 'add' must be an array of strings"),
+    ({"add": [["a"]]}, "attribute 'tags': 'add' must be an array of strings"),
+    ({"remove": [{"a": 1}]}, "attribute 'tags': 'remove' must be an array of strings"),
+    ({"update": ["a"]}, "attribute 'tags': 'update' must be an array of objects"),
+    ({"update": {"id": 1}}, "attribute 'tags': 'update' must be an array of objects"),
+    ({"add": ["a"], "update": [[]]}, "attribute 'tags': 'update' must be an array of objects"),
+    ({"add": 5, "other": 1}, None),  # not only operators: a nested object, sent as it is
+    ({}, None),
+]
+
+
+@pytest.mark.parametrize(("value", "reason"), ARRAY_OPERATIONS)
+def test_array_operations(value: Any, reason: str | None) -> None:
+    """Issue 12, hole 9: array operators take arrays of strings (add, remove) or objects
+    (update); the reason names the attribute and the operator, never the value."""
+    assert v.check_attribute_value("tags", value) == reason
+
+
 def test_reserved_attribute_names() -> None:
     reserved = frozenset({"external_id"})
     reason = v.check_attribute_name("external_id", reserved)

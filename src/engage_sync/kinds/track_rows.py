@@ -14,18 +14,21 @@ import orjson
 
 from engage_sync import validate as v
 from engage_sync.config import Integration
-from engage_sync.items import Item, Reject, TransformResult, key_part
+from engage_sync.items import KEY_PART_MAX, Item, Reject, TransformResult, digest_part, key_part
 from engage_sync.kinds.arrow_values import Columns
 
 # A row's user reference: (field of the object, its JSON value, canonical user string).
 Ref = tuple[str, Any, str]
 
 
-def row_keys(cols: Columns, names: tuple[str, ...], n: int) -> list[str]:
+def row_keys(cols: Columns, names: tuple[str, ...], hidden: frozenset[str], n: int
+             ) -> list[str]:
+    """Row keys as `render_key` makes them (payload columns as digests), column by column."""
     if not names:
         return [""] * n
     parts = [
-        [x if type(x) is str and len(x) <= 64 else key_part(x) for x in cols.raw(name)]
+        [digest_part(x) for x in cols.raw(name)] if name in hidden else
+        [x if type(x) is str and len(x) <= KEY_PART_MAX else key_part(x) for x in cols.raw(name)]
         for name in names
     ]
     if len(parts) == 1:

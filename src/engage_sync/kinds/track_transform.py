@@ -57,7 +57,8 @@ def transform_batch(
     Raises SourceError when a configured column is not in the batch.
     """
     cols = Columns(batch)
-    keys = row_keys(cols, integration.key_columns, batch.num_rows)
+    keys = row_keys(cols, integration.key_columns, integration.hidden_key_columns,
+                    batch.num_rows)
     sink = Sink(first_seq, keys, integration.kind, integration.service.limits.max_body_bytes)
     refs = references(integration, cols)
     if integration.kind == "attributes":
@@ -151,11 +152,16 @@ def _mapped_attributes(integration: Integration, cols: Columns, refs: list[Ref |
 
 
 def _payload_attributes_problem(payload: dict[str, Any], reserved: frozenset[str]) -> str | None:
+    """JSON values can be bad only as objects (array operations) or as standard fields of a
+    fixed shape (`validate.FIELD_CHECKS`); the rest is checked by name."""
     if len(payload) > v.MAX_ATTRIBUTES_PER_ROW:
         return v.check_attribute_count(len(payload))
-    for name in payload:
+    for name, value in payload.items():
         if not name or name[0] == "$" or name in reserved:
             return v.check_attribute_name(name, reserved)
+        if (type(value) is dict or name in v.FIELD_CHECKS) and (
+                problem := v.check_attribute_value(name, value)):
+            return problem
     return None
 
 
@@ -164,8 +170,9 @@ def _bad_attribute_values(cols: Columns, mapped: dict[str, str]) -> dict[int, st
     bad: dict[int, str] = {}
     for column, name in mapped.items():
         arrow_type = cols.type(column)
-        if pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type) or \
-                pa.types.is_boolean(arrow_type) or pa.types.is_null(arrow_type):
+        if name not in v.FIELD_CHECKS and (
+                pa.types.is_integer(arrow_type) or pa.types.is_string(arrow_type)
+                or pa.types.is_boolean(arrow_type) or pa.types.is_null(arrow_type)):
             continue
         for i, value in enumerate(cols.ready(column)):
             if i not in bad:

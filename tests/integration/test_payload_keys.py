@@ -1,0 +1,114 @@
+"""Issue 12, hole 1: payload-format events and purchases key rows by (identifier, PAYLOAD) by
+default; a short payload holding an email or a phone number must not reach the state database,
+the logs, the errors listing or the rejects artifact through a row key."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync import cli
+from engage_sync.state import StateStore
+from engage_sync.status import run_errors
+from engage_sync.wiring import sync_file
+from tests.integration.conftest import T0, Service, Warehouse, users_table, write_integration
+
+EMAILS = ("ann@example.com", "bob@example.org")
+PHONES = ("+15551234567", "+4915112345678")
+SECRETS = EMAILS + PHONES
+
+# Positions (the cursor of a row: UPDATED_AT, key values) still hold the raw PAYLOAD value:
+# the cursor is compared in the warehouse's SQL. Left to the cursor work of issue 12 (see the
+# strict xfail below); every other text column must be clean.
+CURSOR_COLUMNS = {("engage_cursors", "cursor"), ("engage_runs", "window_start"),
+                  ("engage_runs", "progress"),
+                  ("engage_journal", "start_cursor"), ("engage_journal", "end_cursor"),
+                  ("engage_row_errors", "position")}
+
+
+def _rows(kind: str) -> list[dict[str, Any]]:
+    """Two good rows and three rejected ones per kind, every payload short and holding an
+    email address or a phone number."""
+    if kind == "events":
+        payloads = [{"name": "signup", "properties": {"email": EMAILS[0]}},
+                    {"name": "call", "properties": {"phone": PHONES[0]}},
+                    {"name": "x", "time": EMAILS[1]},          # rejected: time not ISO 8601
+                    {"nme": PHONES[1]}]                          # rejected: unknown field
+    else:
+        payloads = [{"product_id": "p1", "currency": "USD", "price": 1,
+                     "properties": {"email": EMAILS[0]}},
+                    {"product_id": "p2", "currency": "USD", "price": 2,
+                     "properties": {"phone": PHONES[0]}},
+                    {"product_id": "p3", "currency": "US", "price": 1,  # rejected: currency
+                     "properties": {"email": EMAILS[1]}},
+                    {"product_id": "p4", "currency": PHONES[1], "price": 1}]  # rejected
+    texts = [json.dumps(p) for p in payloads] + [f'{{"email": "{EMAILS[1]}"']  # bad JSON
+    return [{"updated_at": T0, "external_id": f"u{n}", "payload": text}
+            for n, text in enumerate(texts)]
+
+
+def _state_texts(state: StateStore) -> dict[tuple[str, str], list[str]]:
+    """Every text value of every table of the state database, by (table, column)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    meta = sa.MetaData()
+    meta.reflect(state.engine)
+    with state.engine.connect() as conn:
+        for table in meta.sorted_tables:
+            for row in conn.execute(sa.select(table)).mappings():
+                for column, value in row.items():
+                    if isinstance(value, str):
+                        found.setdefault((table.name, column), []).append(value)
+    return found
+
+
+def _leaks(texts: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], list[str]]:
+    return {where: [s for s in SECRETS if any(s in v for v in values)]
+            for where, values in texts.items()
+            if any(s in v for v in values for s in SECRETS)}
+
+
+def _run(kind: str, warehouse: Warehouse, service: Service, state: StateStore,
+         folder: Path) -> dict[str, Any]:
+    users_table(warehouse, f"{kind}_sync")
+    warehouse.insert(f"{kind}_sync", _rows(kind))
+    path = write_integration(folder, kind, {
+        "kind": kind, "warehouse": {"url": warehouse.url}, "source": {"table": f"{kind}_sync"},
+        "service": {"base_url": service.base_url, "retry_deadline_seconds": 60}})
+    record = sync_file(path, store=state).record
+    assert record is not None
+    assert (record["rows_synced"], record["rows_rejected"]) == (2, 3), record
+    return record
+
+
+@pytest.mark.parametrize("kind", ["events", "purchases"])
+def test_no_payload_value_in_row_keys(
+    kind: str, warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    record = _run(kind, warehouse, service, state, tmp_path)
+    listing = run_errors(state, record["run_id"])  # what the rejects artifact shows
+    assert len(listing) == 3 and all(e["row_key"].count("|sha1:") == 1 for e in listing)
+    assert cli.main(["errors", kind, "--state-url", str(state.engine.url)]) == 0
+    shown = capsys.readouterr().out
+    assert "sha1:" in shown
+    said = "\n".join([caplog.text, shown, json.dumps(listing), json.dumps(record, default=str)])
+    assert [s for s in SECRETS if s in said] == []
+    texts = _state_texts(state)
+    assert set(texts) >= {("engage_row_errors", "row_key"), ("engage_row_errors", "reason")}
+    assert _leaks({w: v for w, v in texts.items() if w not in CURSOR_COLUMNS}) == {}
+
+
+@pytest.mark.xfail(strict=True, reason="cursors hold the row key's raw values for the "
+                   "warehouse's ORDER BY; payload-format event cursors need a digest column "
+                   "ordered in SQL (issue 12, left to the cursor work)")
+def test_no_payload_value_in_cursors(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    _run("events", warehouse, service, state, tmp_path)
+    assert _leaks(_state_texts(state)) == {}
