@@ -91,11 +91,29 @@ class RateLimit(_Frozen):
     per_seconds: float = Field(default=3.0, gt=0)
 
 
+class RateBudgetConfig(_Frozen):
+    """Where the rate budget lives: `local` (this process only) or a store every process of a
+    workspace shares. `url` may hold `${ENV_VAR}` references, expanded at run time."""
+
+    backend: Literal["local", "postgres", "redis"] = "local"
+    url: str | None = None
+    block: int | None = Field(default=None, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _url_for_shared(self) -> RateBudgetConfig:
+        if self.backend == "local" and self.url is not None:
+            raise ValueError("the local backend takes no 'url'; set backend: postgres or redis")
+        if self.backend != "local" and not self.url:
+            raise ValueError(f"the {self.backend} backend needs a 'url' (e.g. ${{BUDGET_URL}})")
+        return self
+
+
 class Service(_Frozen):
     base_url: str = "http://127.0.0.1:8787"
     api_key_env: str = "ENGAGE_API_KEY"
     limits: Limits = Limits()
     rate_limit: RateLimit = RateLimit()
+    rate_budget: RateBudgetConfig = RateBudgetConfig()
     max_in_flight: int = Field(default=4, ge=1, le=64)
     timeout_seconds: float = Field(default=30.0, gt=0)
     retry_deadline_seconds: float = Field(default=600.0, gt=0)

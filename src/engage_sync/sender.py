@@ -26,7 +26,7 @@ from typing import Any
 
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
-from engage_sync.errors import FatalDeliveryError
+from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.extract import Cursor
 from engage_sync.model import users_of
 from engage_sync.request import Request
@@ -82,6 +82,12 @@ class Progress:
         return self.position if moved else None
 
 
+def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
+    """The shared rate budget was lost before the request left: the run must stop."""
+    error = future.exception()
+    return error if isinstance(error, RateBudgetUnavailable) else None
+
+
 def _refused(future: Future[Any]) -> bool:
     """The service refused the credentials (401/403): the request was not processed."""
     return future.exception() is None and future.result().outcome.kind == "fatal"
@@ -122,9 +128,17 @@ class Sender:
         self.users: dict[str, int] = {}
         self.unsaved: list[tuple[Segment, Settlement]] = []
         self.fatal: str | None = None
+        self.stopped: RateBudgetUnavailable | None = None
+
+    @property
+    def halted(self) -> bool:
+        """Nothing more may be sent: credentials refused, or the shared budget lost."""
+        return bool(self.fatal) or self.stopped is not None
 
     def submit(self, segment: Segment, req_no: int) -> None:
         assert segment.batch is not None
+        if self.stopped is not None:
+            raise self.stopped
         segment.entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
         self.progress.add(segment)
         self.queue.append(segment)
@@ -140,7 +154,7 @@ class Sender:
             segment = queue[0]
             users = self._users(segment)
             self._make_room(users)
-            if not self.fatal and segment.entry is not None:
+            if not self.halted and segment.entry is not None:
                 self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry])
                 self._send(segment, users)
             return
@@ -148,7 +162,7 @@ class Sender:
         for segment in queue:
             users = self._users(segment)
             self._make_room(users)
-            if not self.fatal:  # else journaled, never sent: the next run sends it
+            if not self.halted:  # else journaled, never sent: the next run sends it
                 self._send(segment, users)
 
     @staticmethod
@@ -187,6 +201,10 @@ class Sender:
                 self.users[u] -= 1
                 if not self.users[u]:
                     del self.users[u]
+            if (lost := _never_sent(future)) is not None:
+                # not settled: the cursor stops before it and the next run sends it
+                self.stopped = self.stopped or lost
+                continue
             if _refused(future):
                 # 401/403 (or refused unsent after one): nothing was processed. Not settled,
                 # so the cursor stops before it and the next run sends it again.
@@ -253,6 +271,8 @@ class Sender:
         while self.in_flight:
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
         self._save()
+        if self.stopped is not None:
+            raise self.stopped
         if self.fatal:
             raise FatalStop(self.fatal)
 
