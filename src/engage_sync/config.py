@@ -26,6 +26,7 @@ from engage_sync.config_kinds import (
     UserColumns,
 )
 from engage_sync.errors import ConfigError
+from engage_sync.secrets import redact_url
 
 Kind = Literal[
     "attributes", "events", "purchases",
@@ -105,7 +106,22 @@ class RateBudgetConfig(_Frozen):
             raise ValueError("the local backend takes no 'url'; set backend: postgres or redis")
         if self.backend != "local" and not self.url:
             raise ValueError(f"the {self.backend} backend needs a 'url' (e.g. ${{BUDGET_URL}})")
+        if self.url is not None and "$" not in self.url.partition("://")[0]:
+            check_budget_url(self.backend, self.url)
         return self
+
+
+RATE_BUDGET_SCHEMES = {"postgres": ("postgresql", "postgres", "postgresql+psycopg"),
+                       "redis": ("redis", "rediss", "unix")}
+
+
+def check_budget_url(backend: str, url: str) -> None:
+    """Raises ValueError unless `url` (expanded, or with a literal scheme) suits `backend`;
+    the message shows the URL with its password hidden."""
+    allowed = RATE_BUDGET_SCHEMES.get(backend, ())
+    if url.partition("://")[0].lower() not in allowed:
+        raise ValueError(f"{redact_url(url)} is not a {backend} URL (it should start with "
+                         f"{' or '.join(s + '://' for s in allowed)})")
 
 
 class Service(_Frozen):

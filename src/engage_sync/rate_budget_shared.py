@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from engage_sync import secrets
-from engage_sync.config import Integration
+from engage_sync.config import Integration, check_budget_url
 from engage_sync.errors import ConfigError, RateBudgetUnavailable
 from engage_sync.ratelimit import DEFAULT_RATES, Clock, RateBudget, RateBudgets, Sleep
-from engage_sync.secrets import redact_url
 
 T = TypeVar("T")
 
@@ -171,8 +170,6 @@ class SharedRateBudgets(RateBudgets):
 
 _STORES: dict[tuple[str, str], TokenStore] = {}
 _STORES_LOCK = threading.Lock()
-_SCHEMES = {"postgres": ("postgresql", "postgres", "postgresql+psycopg"),
-            "redis": ("redis", "rediss", "unix")}
 
 
 def budgets_for(integration: Integration, given: RateBudgets | None = None) -> RateBudgets:
@@ -187,12 +184,10 @@ def budgets_for(integration: Integration, given: RateBudgets | None = None) -> R
         return given if given is not None else RateBudgets()
     key = "service.rate_budget.url"
     url = secrets.expand(cfg.url or "", integration=integration.name, key=key)
-    scheme = url.partition("://")[0].lower()
-    if scheme not in _SCHEMES[cfg.backend]:
-        raise ConfigError(
-            f"integration {integration.name}: {redact_url(url)} is not a {cfg.backend} URL "
-            f"(it should start with {' or '.join(s + '://' for s in _SCHEMES[cfg.backend])})",
-            key=key)
+    try:
+        check_budget_url(cfg.backend, url)
+    except ValueError as exc:
+        raise ConfigError(f"integration {integration.name}: {exc}", key=key) from None
     with _STORES_LOCK:
         store = _STORES.get((cfg.backend, url))
         if store is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 
@@ -12,8 +13,10 @@ import pytest
 import redis as redis_py
 import sqlalchemy as sa
 
+from engage_sync.errors import RateBudgetUnavailable
 from engage_sync.rate_store_postgres import TABLE, PostgresTokenStore
 from engage_sync.rate_store_redis import RedisTokenStore
+from tests.pg_server import free_port
 from tests.redis_server import RedisServer
 
 Store = PostgresTokenStore | RedisTokenStore
@@ -112,3 +115,16 @@ def test_postgres_keeps_one_row_per_bucket(postgres_url: str) -> None:
     engine.dispose()
     store.close()
     assert rows == 1
+
+
+@pytest.mark.parametrize("url", ["postgresql://sync:hunter2@127.0.0.1:{port}/budget",
+                                 "redis://:hunter2@127.0.0.1:{port}/0"])
+def test_an_unreachable_store_is_named_without_its_password(url: str) -> None:
+    url = url.format(port=free_port())  # nothing listens there
+    store = open_store(url)
+    with pytest.raises(RateBudgetUnavailable) as caught:
+        store.take(key(), 1, 10.0, 5)
+    chain = "".join(traceback.format_exception(caught.value))
+    assert "hunter2" not in chain
+    assert f"{store.backend} at " in str(caught.value) and ":***@127.0.0.1:" in str(caught.value)
+    assert "run it again to resume" in str(caught.value)

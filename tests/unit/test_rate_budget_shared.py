@@ -198,12 +198,14 @@ def test_local_is_the_default_and_keeps_the_given_budgets(tmp_path: Path) -> Non
     ({"backend": "local", "url": "redis://h"}, ["service.rate_budget", "takes no 'url'"]),
     ({"backend": "etcd", "url": "x"}, ["service.rate_budget.backend"]),
     ({"backend": "redis", "url": "redis://h", "block": 0}, ["service.rate_budget.block"]),
+    ({"backend": "redis", "url": "postgresql://u:hunter2@h/db"},
+     ["service.rate_budget", "not a redis URL", "postgresql://u:***@h/db"]),
 ])
 def test_a_bad_rate_budget_section_names_the_file_and_key(
         tmp_path: Path, section: dict[str, object], words: list[str]) -> None:
     with pytest.raises(ConfigError) as caught:
         load_integration(write(tmp_path, section))
-    assert "users.yaml" in str(caught.value)
+    assert "users.yaml" in str(caught.value) and "hunter2" not in str(caught.value)
     for word in words:
         assert word in str(caught.value)
 
