@@ -7,8 +7,8 @@ only when `request.resend_in_doubt`; ``ok``, ``failed`` and ``fatal`` are final.
 exponentially with jitter and never undercut `X-RateLimit-Reset` (after a 429) or `Retry-After`.
 
 A shared rate budget that cannot be reached raises `RateBudgetUnavailable` out of `send` when
-the request was never sent; when an earlier attempt of it may have been processed, the request
-ends in doubt instead.
+the request was never sent (and out of every later `send` at once, without sending); when an
+earlier attempt of it may have been processed, the request ends in doubt instead.
 
 Secrets: the API key is held privately, sent only in the Authorization header, and scrubbed
 from every reason; log lines carry the endpoint, status, attempt and item count, never the key
@@ -125,6 +125,7 @@ class Deliverer:
         self._clock, self._wall = clock, wall
         self._log = DeliveryLog(logger, dict(log_context or {}))
         self._fatal: Outcome | None = None
+        self._budget_lost: str | None = None  # why the shared rate budget was lost, if it was
         self._budget_cache: dict[str, RateBudget] = {}
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._headers = headers
@@ -154,6 +155,8 @@ class Deliverer:
         if self._fatal is not None:
             not_sent = f"not sent: an earlier request was refused ({self._fatal.reason})"
             return Delivery(replace(self._fatal, reason=not_sent), attempts=0)
+        if self._budget_lost is not None:  # fail the requests queued behind it at once
+            raise RateBudgetUnavailable(self._budget_lost)
         state = _Send(request, self._budget(request.group), self._clock() + self._deadline)
         try:
             last = self._attempt(state)
@@ -163,6 +166,7 @@ class Deliverer:
                 state.replay = last
                 last = self._retrying(self._replay_or_attempt, state)
         except RateBudgetUnavailable as exc:
+            self._budget_lost = str(exc)
             if not state.doubtful:
                 raise  # this request never left: the caller stops the run, nothing settled
             reason = f"{exc}; an earlier attempt may have been processed"

@@ -7,6 +7,7 @@ run delivers every row."""
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -164,9 +165,13 @@ def test_a_store_lost_mid_run_stops_it_with_a_clear_error_and_the_next_run_deliv
     states = state_url(tmp_path, "alpha")
     proc = run_cli(path, states, tight_sandbox.api_key)
     _wait_for_request(tight, 10, proc, TRACK)
+    stopped_at = time.monotonic()
     stop()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
+    # promptly: the requests queued behind the first one that found the store gone fail at
+    # once instead of each trying the store again
+    assert time.monotonic() - stopped_at < 8
     message = err.decode()
     assert f"the shared rate budget ({backend} at " in message
     assert "nothing was lost, run it again to resume" in message

@@ -243,9 +243,11 @@ class FailsAfter(MemoryStore):
     def __init__(self, clock: FakeClock, good: int) -> None:
         super().__init__(clock)
         self.good = good
+        self.refused = 0
 
     def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
         if self.takes >= self.good:
+            self.refused += 1
             return guarded(self, (OSError,), _refuse, sleep=lambda s: None)
         return super().take(key, n, rate, capacity)
 
@@ -274,10 +276,13 @@ def deliverer_on(store: MemoryStore, clock: FakeClock,
 
 def test_a_request_waiting_for_a_lost_budget_is_never_sent_and_the_error_says_so() -> None:
     clock = FakeClock()
-    d, sent = deliverer_on(FailsAfter(clock, good=0), clock, httpx.Response(201, json={}))
+    store = FailsAfter(clock, good=0)
+    d, sent = deliverer_on(store, clock, httpx.Response(201, json={}))
     with pytest.raises(RateBudgetUnavailable, match="postgres at postgresql"):
         d.send(make_request())
-    assert sent == []
+    with pytest.raises(RateBudgetUnavailable, match="postgres at postgresql"):
+        d.send(make_request())  # requests queued behind it fail at once, without a retry
+    assert sent == [] and store.refused == 1
 
 
 def test_a_lost_budget_after_an_attempt_in_doubt_leaves_the_request_in_doubt() -> None:
