@@ -15,6 +15,10 @@ what it used of its last one (doubling while it uses them up), so a slow process
 small blocks instead of letting large ones expire. (A limit of 1 request a window cannot keep
 this exactly; the local budget of each process still applies.)
 
+The rate and capacity come with each take, from the taker's own budget (the group's figure,
+`service.rate_limit`, or lower from the service's headers): give every integration of a
+workspace the same `rate_limit`, or the bucket refills at whichever figure took last.
+
 Losing the store raises `RateBudgetUnavailable` (never a silent fall back to a private budget);
 the request waiting for the token was not sent.
 """
