@@ -1,13 +1,15 @@
-"""Session-wide fixtures shared by the integration tests: a PostgreSQL server on loopback."""
+"""Session-wide fixtures shared by the integration tests: PostgreSQL and Redis on loopback."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
 
 from tests.pg_server import find_bindir, postgres_server
+from tests.redis_server import RedisServer, redis_server
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +22,20 @@ def postgres_url() -> Iterator[str]:
         pytest.skip("PostgreSQL binaries not installed (apt-get install postgresql)")
     with postgres_server() as url:
         yield url
+
+
+def need_redis() -> None:
+    """Skip without `redis-server`, unless CI requires it."""
+    if shutil.which("redis-server") is None:
+        if os.environ.get("ENGAGE_SYNC_REQUIRE_REDIS") == "1":
+            pytest.fail("Redis is required (ENGAGE_SYNC_REQUIRE_REDIS=1) but redis-server was "
+                        "not found; apt-get install redis-server")
+        pytest.skip("redis-server not installed (apt-get install redis-server)")
+
+
+@pytest.fixture(scope="session")
+def redis() -> Iterator[RedisServer]:
+    """A throwaway Redis server for the session (shared rate budgets)."""
+    need_redis()
+    with redis_server() as server:
+        yield server

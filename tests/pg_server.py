@@ -26,39 +26,65 @@ def find_bindir() -> Path | None:
     return Path(candidates[-1]).parent if candidates else None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+class PostgresServer:
+    """One initialised cluster on a free port; `stop` (immediate: as a lost server) and
+    `start` may be called again, on the same port and data."""
+
+    def __init__(self) -> None:
+        bindir = find_bindir()
+        if bindir is None:
+            raise FileNotFoundError("no PostgreSQL binaries (initdb) found")
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="engage-pg-"))
+        self.data, self.sock = self.root / "data", self.root / "sock"
+        self.sock.mkdir()
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres")
+            shutil.chown(self.sock, "postgres")
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        self.port = free_port()
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        self._run(str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
+                  "--auth=trust", "-E", "UTF8")
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([*self.prefix, *args], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
+                  str(self.root / "log"), "-w", "start")
+
+    def stop(self) -> None:
+        subprocess.run([*self.prefix, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m",
+                        "immediate", "stop"], check=False, capture_output=True)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextmanager
+def postgres_instance() -> Iterator[PostgresServer]:
+    """A fresh, started server; stopped and its files removed after."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Yields a SQLAlchemy URL of a fresh server; stops it and removes its files after."""
-    bindir = find_bindir()
-    if bindir is None:
-        raise FileNotFoundError("no PostgreSQL binaries (initdb) found")
-    root = Path(tempfile.mkdtemp(prefix="engage-pg-"))
-    data, sock = root / "data", root / "sock"
-    sock.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-        shutil.chown(sock, "postgres")
-        prefix = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-
-    def run(*args: str) -> None:
-        subprocess.run([*prefix, *args], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
-
-    run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off"
-    run(str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w",
-        "start")
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                        "stop"], check=False, capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+    with postgres_instance() as server:
+        yield server.url

@@ -6,6 +6,10 @@ Then tenacity decides: ``retry`` outcomes are retried until the deadline; ``in_d
 only when `request.resend_in_doubt`; ``ok``, ``failed`` and ``fatal`` are final. Waits grow
 exponentially with jitter and never undercut `X-RateLimit-Reset` (after a 429) or `Retry-After`.
 
+A shared rate budget that cannot be reached raises `RateBudgetUnavailable` out of `send` when
+the request was never sent (and out of every later `send` at once, without sending); when an
+earlier attempt of it may have been processed, the request ends in doubt instead.
+
 Secrets: the API key is held privately, sent only in the Authorization header, and scrubbed
 from every reason; log lines carry the endpoint, status, attempt and item count, never the key
 or the body. Thread-safe: one `Deliverer` may serve a small pool of threads sharing one client.
@@ -23,6 +27,7 @@ import httpx
 from tenacity import RetryCallState, Retrying, wait_exponential, wait_random
 
 from engage_sync.classify import Outcome, classify
+from engage_sync.errors import RateBudgetUnavailable
 from engage_sync.ratelimit import (
     Clock,
     RateBudget,
@@ -120,6 +125,7 @@ class Deliverer:
         self._clock, self._wall = clock, wall
         self._log = DeliveryLog(logger, dict(log_context or {}))
         self._fatal: Outcome | None = None
+        self._budget_lost: str | None = None  # why the shared rate budget was lost, if it was
         self._budget_cache: dict[str, RateBudget] = {}
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._headers = headers
@@ -149,13 +155,22 @@ class Deliverer:
         if self._fatal is not None:
             not_sent = f"not sent: an earlier request was refused ({self._fatal.reason})"
             return Delivery(replace(self._fatal, reason=not_sent), attempts=0)
+        if self._budget_lost is not None:  # fail the requests queued behind it at once
+            raise RateBudgetUnavailable(self._budget_lost)
         state = _Send(request, self._budget(request.group), self._clock() + self._deadline)
-        last = self._attempt(state)
-        if self._retryable(state, last):
-            # The first attempt is made before tenacity, so the common case (answered at once)
-            # pays nothing for it; tenacity replays it as its own first attempt and goes on.
-            state.replay = last
-            last = self._retrying(self._replay_or_attempt, state)
+        try:
+            last = self._attempt(state)
+            if self._retryable(state, last):
+                # The first attempt is made before tenacity, so the common case (answered at
+                # once) pays nothing for it; tenacity replays it as its first attempt.
+                state.replay = last
+                last = self._retrying(self._replay_or_attempt, state)
+        except RateBudgetUnavailable as exc:
+            self._budget_lost = str(exc)
+            if not state.doubtful:
+                raise  # this request never left: the caller stops the run, nothing settled
+            reason = f"{exc}; an earlier attempt may have been processed"
+            return Delivery(Outcome("in_doubt", reason), state.attempts, state.doubtful)
         return Delivery(self._final(state, last.outcome), state.attempts, state.doubtful)
 
     # --- one attempt ------------------------------------------------------------------------

@@ -37,5 +37,12 @@ class FatalDeliveryError(DeliveryError):
     into outcomes and retries or settles them (see classify.py)."""
 
 
+class RateBudgetUnavailable(DeliveryError):
+    """The shared rate budget (PostgreSQL or Redis) could not be reached: the run stops.
+
+    Raised before a request leaves, so the request was never sent; the run ends with nothing
+    lost and the next run resumes from the cursor. Never answered by a private budget."""
+
+
 class RunRefused(SyncError):
     """A run refused before sending anything (for example a delete cap)."""

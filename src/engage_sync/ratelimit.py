@@ -233,11 +233,15 @@ class RateBudgets:
                 if default is None and (requests is None or per_seconds is None):
                     raise KeyError(f"no default rate for the endpoint group {group!r}")
                 limit, window = default if default is not None else (0, 0.0)
-                found = RateBudget(
-                    requests or limit, per_seconds or window,
-                    clock=self._clock, wall=self._wall, sleep=self._sleep,
-                )
+                found = self._new_budget(key, requests or limit, per_seconds or window)
                 self._budgets[key] = found
         if requests is not None or per_seconds is not None:
             found.tighten(requests or found.limit, per_seconds or found.per_seconds)
         return found
+
+    def _new_budget(self, key: tuple[str, str], requests: int, per_seconds: float
+                    ) -> RateBudget:
+        """The budget of `key` (base URL, group): private to this process here; a subclass
+        shares it with other processes (see `rate_budget_shared`)."""
+        return RateBudget(requests, per_seconds, clock=self._clock, wall=self._wall,
+                          sleep=self._sleep)

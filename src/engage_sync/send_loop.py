@@ -23,13 +23,13 @@ from typing import Any
 
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
-from engage_sync.errors import FatalDeliveryError
+from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.items import users_of
 from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
 from engage_sync.state import JournalEntry, Settlement, StateStore
 
-log = logging.getLogger("engage_sync.sender")
+log = logging.getLogger("engage_sync.send_loop")
 
 GROUP = 32
 
@@ -42,6 +42,12 @@ class Outgoing(Segment):
     entry: JournalEntry | None = None
     batch: Batch | None = None
     stamps: tuple[str, ...] = ()
+
+
+def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
+    """The shared rate budget was lost before the request left: the run must stop."""
+    error = future.exception()
+    return error if isinstance(error, RateBudgetUnavailable) else None
 
 
 def _refused(future: Future[Any]) -> bool:
@@ -84,9 +90,17 @@ class SendLoop:
         self.users: dict[str, int] = {}
         self.unsaved: list[tuple[Outgoing, Settlement]] = []
         self.fatal: str | None = None
+        self.stopped: RateBudgetUnavailable | None = None
+
+    @property
+    def halted(self) -> bool:
+        """Nothing more may be sent: credentials refused, or the shared budget lost."""
+        return bool(self.fatal) or self.stopped is not None
 
     def submit(self, segment: Outgoing, req_no: int) -> None:
         assert segment.batch is not None
+        if self.stopped is not None:
+            raise self.stopped
         segment.entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
         self.progress.add(segment)
         self.queue.append(segment)
@@ -102,7 +116,7 @@ class SendLoop:
             segment = queue[0]
             users = self._users(segment)
             self._make_room(users)
-            if not self.fatal and segment.entry is not None:
+            if not self.halted and segment.entry is not None:
                 self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry])
                 self._send(segment, users)
             return
@@ -110,7 +124,7 @@ class SendLoop:
         for segment in queue:
             users = self._users(segment)
             self._make_room(users)
-            if not self.fatal:  # else journaled, never sent: the next run sends it
+            if not self.halted:  # else journaled, never sent: the next run sends it
                 self._send(segment, users)
 
     @staticmethod
@@ -149,6 +163,10 @@ class SendLoop:
                 self.users[u] -= 1
                 if not self.users[u]:
                     del self.users[u]
+            if (lost := _never_sent(future)) is not None:
+                # not settled: the cursor stops before it and the next run sends it
+                self.stopped = self.stopped or lost
+                continue
             if _refused(future):
                 # 401/403 (or refused unsent after one): nothing was processed. Not settled,
                 # so the cursor stops before it and the next run sends it again.
@@ -215,6 +233,8 @@ class SendLoop:
         while self.in_flight:
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
         self._save()
+        if self.stopped is not None:
+            raise self.stopped
         if self.fatal:
             raise FatalStop(self.fatal)
 

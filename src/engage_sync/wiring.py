@@ -21,6 +21,7 @@ from engage_sync import secrets
 from engage_sync.config import Integration, load_integration
 from engage_sync.errors import ConfigError
 from engage_sync.pipeline import Deps, DryRun, RunOptions, dry_run, run_sync
+from engage_sync.rate_budget_shared import budgets_for
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
 from engage_sync.status import alert_reason
@@ -130,12 +131,13 @@ def sync_file(
                 integration, engine, store, clock=clock or _utcnow, options=options))
         try:
             key = secrets.api_key(integration.name, integration.service.api_key_env)
+            run_budgets = budgets_for(integration, budgets)
         except ConfigError as exc:
             _record_config_error(store, integration.name, exc)
             raise
         with http_client(integration) as client:
             deps = Deps(engine=engine, state=store, client=client, api_key=key,
-                        budgets=budgets or RateBudgets(), on_progress=on_progress,
+                        budgets=run_budgets, on_progress=on_progress,
                         clock=clock or _utcnow)
             result = run_sync(integration, deps, options)
         return Outcome(integration.name, record=result,
