@@ -152,8 +152,15 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def child_main(integration: str, state_db: str, profile: str | None) -> int:
     """Runs in the child process: one sync, then one JSON line on stdout."""
+    import importlib
+
     import engage_sync
-    from engage_sync.wiring import open_state, sync_file
+
+    try:  # `--src` may name a snapshot from before runner.py became wiring.py
+        wiring = importlib.import_module("engage_sync.wiring")
+    except ModuleNotFoundError:
+        wiring = importlib.import_module("engage_sync.runner")
+    open_state, sync_file = wiring.open_state, wiring.sync_file
 
     store = open_state(f"sqlite:///{state_db}")
     profiler = None

@@ -66,6 +66,10 @@ class Warehouse(_Frozen):
     """Where rows come from. `url` is a SQLAlchemy URL and may hold `${ENV_VAR}` references."""
 
     url: str = "duckdb:///warehouse.duckdb"
+    reader: Literal["auto", "sqlalchemy"] = "auto"
+    """`auto`: Arrow-native where the project has a reader for the dialect (DuckDB; PostgreSQL
+    through ADBC when `adbc-driver-postgresql` is installed); `sqlalchemy`: rows through
+    SQLAlchemy's server-side cursor."""
 
 
 class Source(_Frozen):

@@ -8,8 +8,8 @@ Invariants:
   `query` from the config is wrapped as a subquery;
 - column names in the batches are spelled as in the config, whatever the case in the source
   (PostgreSQL folds unquoted names to lower case, Snowflake to upper case);
-- memory is bounded by `batch_rows`: DuckDB streams Arrow natively, other dialects use a
-  server-side cursor (`stream_results`).
+- memory is bounded by `batch_rows`: DuckDB streams Arrow natively, PostgreSQL through ADBC
+  (`extract_adbc`) when installed, other dialects use a server-side cursor (`stream_results`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from engage_sync import extract_adbc
 from engage_sync.errors import SourceError
 from engage_sync.progress import Cursor
 from engage_sync.window import Window
@@ -38,6 +39,7 @@ class SourceSpec:
     cursor_column: str
     key_columns: tuple[str, ...]
     columns: tuple[str, ...]
+    reader: str = "auto"
 
 
 def _source(spec: SourceSpec) -> sa.FromClause:
@@ -142,9 +144,30 @@ def stream_batches(
             query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
             if engine.dialect.name == "duckdb":
                 yield from _duckdb_batches(conn, query, batch_rows)
+            elif _arrow_native(engine, spec):
+                yield from _adbc_batches(engine, spec, query, batch_rows)
             else:
                 yield from _generic_batches(conn, query, spec.columns, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+        ) from exc
+
+
+def _arrow_native(engine: Engine, spec: SourceSpec) -> bool:
+    """PostgreSQL is read through ADBC when the driver is installed, unless the integration
+    asks for the row reader (`warehouse.reader: sqlalchemy`)."""
+    return (engine.dialect.name == "postgresql" and spec.reader != "sqlalchemy"
+            and extract_adbc.available())
+
+
+def _adbc_batches(engine: Engine, spec: SourceSpec, query: sa.Select[Any], batch_rows: int
+                  ) -> Iterator[pa.RecordBatch]:
+    from adbc_driver_manager import Error as AdbcError
+
+    try:
+        yield from extract_adbc.batches(engine.url, query, batch_rows)
+    except (AdbcError, OSError, pa.ArrowException) as exc:  # errors mid-stream come as Arrow's
         raise SourceError(
             f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
         ) from exc

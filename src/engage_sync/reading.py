@@ -60,6 +60,7 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         cursor_column=integration.cursor_column,
         key_columns=integration.key_columns,
         columns=tuple(dict.fromkeys(cols)),
+        reader=integration.warehouse.reader,
     )
 
 

@@ -1,0 +1,73 @@
+"""PostgreSQL read throughput: the window's rows as Arrow batches, through SQLAlchemy's
+server-side cursor (`warehouse.reader: sqlalchemy`) and through ADBC (`auto`).
+
+Starts a throwaway PostgreSQL server on 127.0.0.1 (Debian's binaries, as the tests do), fills
+a table of N rows in the service's sync format, then reads the whole window with each reader,
+alternating, `--runs` times each, and prints rows/s per run and the medians.
+
+    .venv/bin/python benchmarks/pg_read.py [--rows 1000000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engage_sync.extract import SourceSpec, stream_batches
+from engage_sync.window import Window
+from tests.pg_server import postgres_server
+
+SPEC = SourceSpec(integration="bench", table="users_sync", schema=None, query=None,
+                  cursor_column="UPDATED_AT", key_columns=("EXTERNAL_ID",),
+                  columns=("UPDATED_AT", "EXTERNAL_ID", "PAYLOAD"))
+FILL = """INSERT INTO users_sync
+SELECT timestamp '2024-01-01' + (i / 4) * interval '1 millisecond',
+       'u' || lpad(i::text, 8, '0'),
+       '{"plan":"free","n":' || i || ',"country":"DE","score":12.5,"active":true}'
+FROM generate_series(0, %d) i"""
+
+
+def read(engine: sa.Engine, reader: str) -> tuple[int, float]:
+    started = time.perf_counter()
+    rows = sum(b.num_rows for b in stream_batches(
+        engine, replace(SPEC, reader=reader), Window(start=None, signpost=None), 10_000))
+    return rows, time.perf_counter() - started
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--runs", type=int, default=3)
+    args = p.parse_args()
+    with postgres_server() as url:
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE users_sync "
+                                 "(updated_at timestamp, external_id text, payload text)")
+            conn.exec_driver_sql(FILL % (args.rows - 1))
+            conn.exec_driver_sql("ANALYZE users_sync")
+        rates: dict[str, list[float]] = {"sqlalchemy": [], "auto": []}
+        for _ in range(args.runs):
+            for reader, found in rates.items():
+                rows, seconds = read(engine, reader)
+                assert rows == args.rows
+                found.append(rows / seconds)
+                print(f"{reader:>10}: {rows:,} rows in {seconds:.2f} s = "
+                      f"{rows / seconds:,.0f} rows/s", flush=True)
+        for reader, found in rates.items():
+            print(f"median {reader}: {statistics.median(found):,.0f} rows/s")
+        ratio = statistics.median(rates["auto"]) / statistics.median(rates["sqlalchemy"])
+        print(f"ADBC / SQLAlchemy: {ratio:.1f}x")
+        engine.dispose()
+
+
+if __name__ == "__main__":
+    main()
