@@ -14,10 +14,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -222,20 +224,47 @@ def _generic_batches(
 ) -> Iterator[pa.RecordBatch]:
     result = conn.execution_options(stream_results=True, yield_per=batch_rows).execute(query)
     for rows in result.partitions(batch_rows):
-        if not rows:
-            continue
-        columns = list(zip(*rows, strict=True))
-        yield pa.RecordBatch.from_arrays(
-            [_to_array(values) for values in columns], names=list(names)
-        )
+        if rows:
+            yield rows_to_batch(rows, names)
 
 
-def _to_array(values: Sequence[Any]) -> pa.Array:
+def rows_to_batch(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> pa.RecordBatch:
+    """Driver rows → one Arrow batch, a column per name."""
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays([to_array(values) for values in columns],
+                                      names=list(names))
+
+
+def to_array(values: Sequence[Any]) -> pa.Array:
+    """One column of driver values as an Arrow array.
+
+    Objects (a JSON, VARIANT, STRUCT or SUPER column that the driver parsed into dicts or
+    lists) become JSON text, one document per row: an Arrow struct would give every row the
+    union of all rows' keys, the missing ones as nulls, and a null attribute unsets it at the
+    service. Mixed types that Arrow refuses become text too."""
+    sample = next((v for v in values if v is not None), None)
+    if isinstance(sample, Mapping | list) or hasattr(sample, "asDict"):
+        return pa.array([None if v is None else _json_text(v) for v in values], pa.string())
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        # mixed Python types (e.g. a JSON column): keep them as strings of their JSON-ish form
-        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
+        return pa.array([None if v is None else _json_text(v) if isinstance(v, Mapping | list)
+                         else str(v) for v in values], type=pa.string())
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value, default=_json_default).decode()
+
+
+def _json_default(value: Any) -> Any:
+    """What orjson does not write itself: decimals (as numbers), a driver's row objects."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if hasattr(value, "asDict"):
+        return value.asDict()
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
 
 
 def _what(spec: SourceSpec) -> str:
