@@ -1,0 +1,265 @@
+"""What a user runs, timed as a whole: `engage-sync run FILE` (a Prefect flow run, as a
+deployment runs it) and `engage-sync run FILE --no-prefect`, each as its own process.
+
+Per case it builds (or reuses) a DuckDB warehouse of N rows, starts the lean sandbox on
+127.0.0.1 (with the service's real /users/track limit, or none with --no-rate-limits), then
+runs the command `--runs` times (alternating the two paths) with a fresh state database and
+Prefect home each time, and reports:
+
+- rows/s over the whole process (imports, a temporary Prefect server if any, the sync, exit);
+- the peak RSS of every process of the command's tree (the CLI, a temporary Prefect server),
+  sampled from /proc every 50 ms, and their sum at its peak;
+- requests the sandbox received against the minimum ceil(N / 75);
+- with --profile: where the time goes, from py-spy samples of every thread of the CLI
+  process (read, transform, pack, send, journal, Prefect, imports, other).
+
+    .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
+        [--runs 3] [--paths prefect,no-prefect] [--no-rate-limits] [--profile]
+        [--workdir DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipeline_throughput import (
+    API_KEY,
+    OBJECTS_PER_REQUEST,
+    PAGE,
+    build_warehouse,
+    free_port,
+    start_sandbox,
+    stop,
+    warehouse_rows,
+)
+
+BIN = Path(sys.executable).parent
+EVENTS_TABLE = "EVENTS_SYNC"
+
+# Frames that mark a stage, first match wins (most specific first).
+STAGES = (
+    ("journal", ("engage_sync/state.py", "engage_sync/state_schema.py")),
+    ("send", ("engage_sync/deliver.py", "engage_sync/classify.py", "httpx/", "httpcore/",
+              "engage_sync/ratelimit.py", "engage_sync/send_loop.py")),
+    ("pack", ("engage_sync/batching.py", "engage_sync/kinds/track_packer.py",
+              "engage_sync/cutter.py")),
+    ("transform", ("engage_sync/kinds/",)),
+    ("read", ("engage_sync/extract.py", "engage_sync/reading.py", "duckdb")),
+    ("prefect", ("prefect/",)),
+    ("imports", ("<frozen importlib._bootstrap",)),
+)
+
+
+def build_events(path: Path, rows: int) -> None:
+    """N event rows in the service's sync format: UPDATED_AT, EXTERNAL_ID, EVENT_ID, PAYLOAD."""
+    import duckdb
+
+    path.unlink(missing_ok=True)
+    con = duckdb.connect(str(path))
+    con.execute(f"""
+        CREATE TABLE {EVENTS_TABLE} AS
+        SELECT TIMESTAMP '2024-01-01' + to_microseconds(CAST(i * 250 AS BIGINT)) AS UPDATED_AT,
+               'u' || lpad(CAST(i % 100000 AS VARCHAR), 7, '0') AS EXTERNAL_ID,
+               'e' || lpad(CAST(i AS VARCHAR), 9, '0') AS EVENT_ID,
+               '{{"name":"viewed","properties":{{"sku":"' || CAST(i % 977 AS VARCHAR)
+                 || '","price":' || CAST(i % 50 AS VARCHAR) || '}}}}' AS PAYLOAD
+        FROM range({rows}) t(i)""")
+    con.close()
+
+
+def write_integration(folder: Path, warehouse: Path, base_url: str, kind: str) -> Path:
+    table = EVENTS_TABLE if kind == "events" else "USERS_SYNC"
+    key = "row_key: [EVENT_ID]\n" if kind == "events" else ""
+    path = folder / f"bench_{kind}.yaml"
+    path.write_text(
+        f"kind: {kind}\nwarehouse:\n  url: duckdb:///{warehouse}\nsource:\n  table: {table}\n"
+        f"{key}payload:\n  identifier: external_id\n"
+        f"service:\n  base_url: {base_url}\n  api_key_env: ENGAGE_API_KEY\nsettle_lag: 0s\n",
+        "utf-8")
+    return path
+
+
+class TreeRss(threading.Thread):
+    """Samples the RSS of a process and its descendants; keeps each one's peak and the
+    peak of their sum."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.done = pid, threading.Event()
+        self.peaks: dict[str, float] = {}
+        self.peak_sum = 0.0
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            total = 0.0
+            for pid, name in self._tree():
+                rss = _rss_mb(pid)
+                total += rss
+                self.peaks[name] = max(self.peaks.get(name, 0.0), rss)
+            self.peak_sum = max(self.peak_sum, total)
+            self.done.wait(0.05)
+
+    def _tree(self) -> list[tuple[int, str]]:
+        children: dict[int, list[int]] = collections.defaultdict(list)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    ppid = int(Path(f"/proc/{entry}/stat").read_text().split(") ")[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children[ppid].append(int(entry))
+        out, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            out.append((pid, _name(pid)))
+            todo += children.get(pid, [])
+        return out
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _name(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return str(pid)
+    words = [a.decode(errors="replace") for a in argv if a]
+    if any("prefect" in w and "server" in " ".join(words) for w in words):
+        return "prefect server"
+    if any(w.endswith("engage-sync") or "engage_sync" in w for w in words):
+        return "engage-sync"
+    return Path(words[0]).name if words else str(pid)
+
+
+def one_run(path: str, integration: Path, workdir: Path, base_url: str,
+            profile: Path | None) -> dict[str, Any]:
+    run_dir = Path(tempfile.mkdtemp(dir=workdir))
+    env = {**os.environ, "ENGAGE_API_KEY": API_KEY, "PREFECT_HOME": str(run_dir / "prefect"),
+           "ENGAGE_SYNC_STATE_URL": f"sqlite:///{run_dir / 'state.db'}",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    cmd = [str(BIN / "engage-sync"), "run", str(integration)]
+    if path == "no-prefect":
+        cmd.append("--no-prefect")
+    if profile is not None:
+        cmd = [str(BIN / "py-spy"), "record", "--format", "raw", "--rate", "50", "--threads",
+               "--output", str(profile), "--", *cmd]
+    httpx.post(f"{base_url}/_sandbox/reset", timeout=30).raise_for_status()
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sampler = TreeRss(proc.pid)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - started
+    sampler.done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    counters = httpx.get(f"{base_url}/_sandbox/counters", timeout=30).json()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    record = _last_json(out)
+    return {"path": path, "wall_s": wall, "rows": record["rows_read"],
+            "rows_per_s": record["rows_read"] / wall,
+            "peak_rss_mb": {k: round(v, 1) for k, v in sampler.peaks.items()},
+            "peak_rss_sum_mb": round(sampler.peak_sum, 1),
+            "requests": counters.get("requests", {}).get("/users/track", counters.get(
+                "requests_total")), "stderr_lines": len(err.splitlines()),
+            "job_status": record["job_status"]}
+
+
+def _last_json(out: bytes) -> dict[str, Any]:
+    """The status record the command printed (the JSON document at the end of stdout)."""
+    text = out.decode()
+    start = text.rfind("\n{") + 1  # py-spy may print after it
+    try:
+        return dict(json.JSONDecoder().raw_decode(text, start)[0])
+    except json.JSONDecodeError:
+        raise SystemExit(f"no status record on stdout:\n{text[-2000:]}") from None
+
+
+def breakdown(profile: Path) -> dict[str, float]:
+    """Share of the CLI's samples per stage (all threads; idle waits are `other`)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in profile.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        stage = next((name for name, marks in STAGES if any(m in stack for m in marks)),
+                     "other")
+        counts[stage] += int(n)
+    total = sum(counts.values()) or 1
+    return {stage: round(100 * n / total, 1) for stage, n in counts.most_common()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--kind", choices=("attributes", "events"), default="attributes")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--paths", default="prefect,no-prefect")
+    p.add_argument("--no-rate-limits", action="store_true")
+    p.add_argument("--profile", action="store_true", help="py-spy the last run of each path")
+    p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-user-bench"))
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    warehouse = workdir / f"{args.kind}-{args.rows}.duckdb"
+    if args.kind == "events":
+        if not warehouse.exists():
+            build_events(warehouse, args.rows)
+    elif warehouse_rows(warehouse) != args.rows:
+        build_warehouse(warehouse, args.rows)
+    port = free_port()
+    sandbox = start_sandbox(port, not args.no_rate_limits, workdir / "sandbox.log")
+    base_url = f"http://127.0.0.1:{port}"
+    integration = write_integration(workdir, warehouse, base_url, args.kind)
+    paths = args.paths.split(",")
+    results: list[dict[str, Any]] = []
+    try:
+        for k in range(args.runs):
+            for path in paths:
+                prof = workdir / f"{path}.prof.txt" if args.profile and k == args.runs - 1 \
+                    else None
+                r = one_run(path, integration, workdir, base_url, prof)
+                if prof is not None:
+                    r["breakdown_pct"] = breakdown(prof)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    finally:
+        stop(sandbox)
+    minimum = math.ceil(args.rows / OBJECTS_PER_REQUEST)
+    for path in paths:
+        rs = [r for r in results if r["path"] == path]
+        print(f"{path}: median of {len(rs)}: {statistics.median(r['rows_per_s'] for r in rs):,.0f}"
+              f" rows/s, wall {statistics.median(r['wall_s'] for r in rs):.1f} s, peak RSS sum "
+              f"{statistics.median(r['peak_rss_sum_mb'] for r in rs):.0f} MB "
+              f"({rs[-1]['peak_rss_mb']}), requests {rs[-1]['requests']} vs minimum {minimum}")
+    if args.json:
+        print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
