@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from engage_sync.cli_logging import configure
 from engage_sync.errors import SyncError
+from engage_sync.failures import expected, one_line
 
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
@@ -141,6 +142,9 @@ def _bound(*, is_end: bool) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engage-sync", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("ENGAGE_SYNC_LOG_LEVEL", "INFO"))
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks of expected failures (bad config, missing table, "
+                             "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -234,12 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["sandbox"]:  # every option after `sandbox` is the sandbox's own
         return cmd_sandbox(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(args.log_level, debug=args.debug)
     try:
         return int(args.func(args))
-    except SyncError as exc:
-        print(f"engage-sync: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # `engage-sync status ... | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if args.debug or not expected(exc):
+            raise
+        print(f"engage-sync: {one_line(exc)}", file=sys.stderr)
         return 2
 
 

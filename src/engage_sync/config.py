@@ -337,7 +337,8 @@ def parse_integration(raw: Any, *, file: str) -> Integration:
     try:
         return Integration.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc), file=file) from exc
+        raise ConfigError(f"{_describe(exc)}; fix the file (its keys are listed in the "
+                          f"README) and run again", file=file) from exc
 
 
 def load_integration(path: str | Path) -> Integration:

@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from engage_sync import retention
 from engage_sync.config import load_integration
 from engage_sync.errors import ConfigError, SyncError
+from engage_sync.failures import SyncAlert, one_line
 from engage_sync.pipeline import DryRun, RunOptions
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.runner import open_state, sync_file
@@ -42,10 +43,6 @@ KIND_ORDER = ("identify", "merges", "alias_renames", "subscriptions", "attribute
               "purchases")
 LAST_KINDS = ("deletes",)
 ARTIFACT_ROWS = 1000
-
-
-class SyncAlert(RuntimeError):
-    """Raised to fail the Prefect flow run of a sync that needs a person's attention."""
 
 
 def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:
@@ -167,8 +164,8 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
                             on_progress=_progress_logger())
-    except SyncError as exc:
-        raise SyncAlert(str(exc)) from exc
+    except SyncError as exc:  # the UI's state message and the CLI's last line say the same
+        raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
     if outcome.dry_run is not None:
         d = outcome.dry_run
         logger.info("dry run of %s: %s rows, %s requests, %s rejects", outcome.integration,
