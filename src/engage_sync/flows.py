@@ -15,7 +15,6 @@ artifacts, then prunes row error records older than the retention age.
 from __future__ import annotations
 
 import logging
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +29,7 @@ from engage_sync.config import load_integration
 from engage_sync.errors import ConfigError, SyncError
 from engage_sync.failures import SyncAlert, one_line
 from engage_sync.pipeline import DryRun, RunOptions
+from engage_sync.progress_report import ProgressReporter
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.runner import open_state, sync_file
 from engage_sync.state import StateStore
@@ -101,20 +101,6 @@ def dry_run_summary(integration: str, d: DryRun) -> dict[str, Any]:
             "sample": [b.decode() for b in d.sample]}
 
 
-def _progress_logger(logger: Any = None) -> Any:
-    """Every 2 s at most: rows read, requests, synced, failed, rejected, in doubt so far."""
-    logger = logger or get_run_logger()
-    last = [0.0]
-
-    def report(counts: dict[str, int]) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 2.0:
-            last[0] = now
-            logger.info("progress: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
-
-    return report
-
-
 def _artifact_key(name: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in name.lower())
 
@@ -159,11 +145,12 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
              budgets: RateBudgets | None, allow_deletes: int | None) -> dict[str, Any]:
     logger = get_run_logger()
+    progress = ProgressReporter(logger.info)
     try:
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
-                            on_progress=_progress_logger())
+                            on_progress=progress)
     except SyncError as exc:  # the UI's state message and the CLI's last line say the same
         raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
     if outcome.dry_run is not None:
@@ -172,6 +159,7 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
                     d.rows, d.requests, len(d.rejects))
         return dry_run_summary(outcome.integration, d)
     record = dict(outcome.record or {})
+    progress.finish(record)
     reason = alert_reason(record, load_integration(path).failed_rows_alert_share)
     if reason and not record.get("message") and "run_id" in record:
         # the status record says why, as the flow run does
@@ -306,13 +294,14 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                                 resend_events=resend_events, allow_deletes=allow_deletes,
                                 state_url=state_url)
     store = open_state(state_url)
+    progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
     try:
         outcome = sync_file(
             path, options=run_options(mode, start, end, dry_run, resend_events, allow_deletes),
-            store=store,
-            on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
+            store=store, on_progress=progress)
         if outcome.dry_run is not None:
             return dry_run_summary(outcome.integration, outcome.dry_run)
+        progress.finish(outcome.record or {})
         retention.prune(store)
         return outcome.record
     finally:

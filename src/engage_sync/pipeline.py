@@ -195,6 +195,7 @@ class _Run:
             self.incremental_cursor = deps.state.cursor(integration.name)
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
+        self.window_rows: int | None = None  # counted once when someone watches progress
 
     # opening -------------------------------------------------------------------------------
     def _window(self) -> tuple[str, Window, list[JournalEntry]]:
@@ -269,6 +270,7 @@ class _Run:
         self.run_id = run_id
         try:
             self._check_delete_cap(window)
+            self._count_window(window)
             self._stream(window, done)
         except SyncError as exc:
             state.finish_run(run_id, "config_error" if isinstance(exc, ConfigError) else "error",
@@ -468,9 +470,17 @@ class _Run:
             return False
         return self.stored is None or tuple(position) > tuple(self.stored)
 
-    def report(self) -> None:
+    def _count_window(self, window: Window) -> None:
+        """The window's row count (one COUNT query), for progress lines only."""
         if self.deps.on_progress is not None:
-            self.deps.on_progress(dict(self.counts))
+            self.window_rows = count_rows(self.deps.engine, self.spec, window)
+            self.report()
+
+    def report(self) -> None:
+        """Counts so far to `on_progress`, with `window_rows` once counted."""
+        if self.deps.on_progress is not None:
+            extra = {} if self.window_rows is None else {"window_rows": self.window_rows}
+            self.deps.on_progress({**self.counts, **extra})
 
 
 def dry_run(integration: Integration, engine: Engine, state: StateStore,
