@@ -25,6 +25,7 @@ from prefect import serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 from prefect.schedules import Cron, Interval, Schedule
 
+from engage_sync import telemetry
 from engage_sync.config import integration_files, parse_duration
 from engage_sync.flows import sync_folder, sync_integration
 
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds between polls for due runs (default "
                              "PREFECT_RUNNER_POLL_FREQUENCY, 10)")
     args = parser.parse_args(argv)
+    telemetry.turn_off()  # the flow runs it starts inherit it
     params = dict(args.param)
     if args.state_url:
         params["state_url"] = args.state_url

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engage_sync import telemetry
 from engage_sync.cli_logging import configure
 from engage_sync.errors import SyncError
 from engage_sync.failures import expected, one_line
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    telemetry.turn_off()  # before Prefect reads its settings or starts a temporary server
     if argv[:1] == ["sandbox"]:  # every option after `sandbox` is the sandbox's own
         return cmd_sandbox(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)

@@ -83,6 +83,7 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = home / "server.log"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "DO_NOT_TRACK": "1",
            "PREFECT_UI_ENABLED": "false",
            # scheduled runs within seconds (test_schedules), not the default minute
            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
