@@ -70,6 +70,29 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def start_prefect_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`prefect server start` on a free loopback port with its own PREFECT_HOME, telemetry off
+    and the scheduler looping every 2 s; returns the process and its API URL once healthy."""
+    port = free_port()
+    log = home / "server.log"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "DO_NOT_TRACK": "1", "PREFECT_UI_ENABLED": "false",
+           # scheduled runs within seconds (test_schedules), not the default minute
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
+    env.pop("PREFECT_API_URL", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        _wait(f"{api}/health", proc, log, "prefect server", 90)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, api
+
+
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """PREFECT_API_URL of a Prefect server started for the session (about 5–10 s)."""
@@ -80,22 +103,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
 
     home = tmp_path_factory.mktemp("prefect-home")
-    port = free_port()
-    log = home / "server.log"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "DO_NOT_TRACK": "1",
-           "PREFECT_UI_ENABLED": "false",
-           # scheduled runs within seconds (test_schedules), not the default minute
-           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
-    env.pop("PREFECT_API_URL", None)
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1",
-                                 "--port", str(port)], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    api = f"http://127.0.0.1:{port}/api"
+    proc, api = start_prefect_server(home)
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
     try:
-        _wait(f"{api}/health", proc, log, "prefect server", 90)
         os.environ["PREFECT_API_URL"], os.environ["PREFECT_HOME"] = api, str(home)
         with temporary_settings(updates={PREFECT_API_URL: api,
                                          PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
