@@ -24,7 +24,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from engage_sync import retention
+from engage_sync import prefect_exit, retention
 from engage_sync.config import load_integration
 from engage_sync.errors import ConfigError, SyncError
 from engage_sync.failures import SyncAlert, one_line
@@ -43,6 +43,7 @@ KIND_ORDER = ("identify", "merges", "alias_renames", "subscriptions", "attribute
               "purchases")
 LAST_KINDS = ("deletes",)
 ARTIFACT_ROWS = 1000
+prefect_exit.register()  # no DuckDB leak report at exit of a process that ran a flow
 
 
 def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:

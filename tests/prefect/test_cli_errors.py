@@ -52,8 +52,10 @@ def integration(tmp_path: Path, name: str, url: str, base_url: str, **extra: obj
 def assert_one_line(done: subprocess.CompletedProcess[str], *needles: str) -> str:
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "nanobind" not in done.stderr  # DuckDB objects freed before exit (prefect_exit)
     lines = [line for line in done.stderr.splitlines() if line.startswith("engage-sync: ")]
     assert len(lines) == 1, done.stderr[-3000:]
+    assert done.stderr.rstrip().splitlines()[-1] == lines[0]  # the last line
     for needle in needles:
         assert needle in lines[0]
     return lines[0].removeprefix("engage-sync: ")
