@@ -76,8 +76,10 @@ def cmd_errors(args: argparse.Namespace) -> int:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from engage_sync import backfill
+    from engage_sync.deployment_source import integration_for
 
-    path = resolve_integration(args.integration, args.config_dir)
+    deployment = args.deployment or f"engage-sync/{Path(args.integration).stem}"
+    path = integration_for(args.integration, args.config_dir, deployment)
     start = backfill.parse_bound(args.start, is_end=False)
     end = backfill.parse_bound(args.end, is_end=True)
     chunks = backfill.plan(start, end, args.chunk)
@@ -91,7 +93,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                      "rows": sum(r["rows"] for r in rows)})
         return 0
     summary = backfill.run_backfill(
-        path.stem, chunks, deployment=args.deployment or f"engage-sync/{path.stem}",
+        path.stem, chunks, deployment=deployment,
         resend_events=args.resend_events, label=args.label, retry_failed=args.retry_failed,
         chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr))
     _print_json(summary.as_dict())
