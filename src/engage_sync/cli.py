@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -31,10 +32,23 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
+def _note_temporary_server() -> None:
+    """Say why a run takes 10-20 s longer when no Prefect server is configured."""
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        logging.getLogger("engage_sync.cli").info(
+            "PREFECT_API_URL is not set: Prefect starts a temporary server for this run "
+            "(10-20 s). Start one with `prefect server start` and export PREFECT_API_URL, "
+            "or run with --no-prefect")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from engage_sync.flows import sync_flow_or_direct
 
     path = resolve_integration(args.integration, args.config_dir)
+    if not args.no_prefect:
+        _note_temporary_server()
     result = sync_flow_or_direct(
         str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
         resend_events=args.resend_events, allow_deletes=args.allow_deletes,
@@ -244,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level, debug=args.debug)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except BrokenPipeError:  # `engage-sync status ... | head`: the reader has had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

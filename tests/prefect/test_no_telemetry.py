@@ -34,4 +34,5 @@ def test_a_run_with_a_temporary_server_sends_no_telemetry(tmp_path: Path) -> Non
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "temporary server" in done.stderr  # the case under test
+    assert "PREFECT_API_URL is not set: Prefect starts a temporary server" in done.stderr
     assert "telemetry" not in done.stderr.lower(), done.stderr[-3000:]
