@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
 from engage_sandbox.server import SandboxHandle
 from engage_sync.demo import free_port
 from tests.integration.conftest import write_integration
+from tests.prefect.conftest import build_folder
 
 CLI = Path(sys.executable).parent / "engage-sync"
 
@@ -31,16 +31,10 @@ def run_cli(prefect_api: str, tmp_path: Path, path: Path, *extra: str,
          *extra], env=environ, capture_output=True, text=True, timeout=120)
 
 
-def warehouse(tmp_path: Path) -> str:
-    url = f"duckdb:///{tmp_path / 'wh.duckdb'}"
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE users_sync (updated_at TIMESTAMP, external_id "
-                             "VARCHAR, payload VARCHAR)")
-        conn.exec_driver_sql("INSERT INTO users_sync VALUES (TIMESTAMP '2026-01-01', 'u1', "
-                             "'{\"plan\": \"gold\"}')")
-    engine.dispose()
-    return url
+def warehouse(tmp_path: Path, base_url: str) -> str:
+    """The DuckDB warehouse of the served-folder tests (users_sync, events_sync)."""
+    build_folder(tmp_path, base_url)
+    return f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
 
 
 def integration(tmp_path: Path, name: str, url: str, base_url: str, **extra: object) -> Path:
@@ -81,8 +75,8 @@ def test_a_bad_config_key_names_the_file_and_key(prefect_api: str, tmp_path: Pat
 def test_a_missing_table_names_the_table_and_the_keys_to_fix(
     prefect_api: str, tmp_path: Path, sandbox: SandboxHandle
 ) -> None:
-    path = integration(tmp_path, "no_table", warehouse(tmp_path), sandbox.base_url,
-                       source={"table": "nosuch"})
+    url = warehouse(tmp_path, sandbox.base_url)
+    path = integration(tmp_path, "no_table", url, sandbox.base_url, source={"table": "nosuch"})
     assert_one_line(run_cli(prefect_api, tmp_path, path),
                     "integration no_table", "table nosuch", "check source.table")
 
@@ -99,7 +93,7 @@ def test_an_unreachable_warehouse_says_so(prefect_api: str, tmp_path: Path,
 
 def test_a_missing_key_variable_names_the_variable(prefect_api: str, tmp_path: Path,
                                                    sandbox: SandboxHandle) -> None:
-    path = integration(tmp_path, "no_key", warehouse(tmp_path), sandbox.base_url,
+    path = integration(tmp_path, "no_key", warehouse(tmp_path, sandbox.base_url), sandbox.base_url,
                        service={"base_url": sandbox.base_url, "api_key_env": "I8_NO_SUCH_KEY"})
     assert_one_line(run_cli(prefect_api, tmp_path, path),
                     "integration no_key", "I8_NO_SUCH_KEY", "export I8_NO_SUCH_KEY=")
@@ -107,7 +101,7 @@ def test_a_missing_key_variable_names_the_variable(prefect_api: str, tmp_path: P
 
 def test_a_refused_key_stops_the_run_with_one_line(prefect_api: str, tmp_path: Path,
                                                    sandbox: SandboxHandle) -> None:
-    path = integration(tmp_path, "refused", warehouse(tmp_path), sandbox.base_url)
+    path = integration(tmp_path, "refused", warehouse(tmp_path, sandbox.base_url), sandbox.base_url)
     done = run_cli(prefect_api, tmp_path, path, env={"ENGAGE_API_KEY": "not-a-sandbox-key"})
     line = assert_one_line(done, "integration refused", "401", "service.api_key_env")
     assert "not-a-sandbox-key" not in done.stderr
