@@ -16,17 +16,48 @@ the same from a shell, and `engage-sync backfill` creates its chunk runs on thes
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-from prefect import serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
+from prefect.exceptions import TerminationSignal
+from prefect.runner import Runner
 from prefect.schedules import Cron, Interval, Schedule
 
+from engage_sync import telemetry
 from engage_sync.config import integration_files, parse_duration
 from engage_sync.flows import sync_folder, sync_integration
+
+PAUSE_SECONDS = 2.0  # at shutdown, how long pausing the schedules may wait for the server
+
+
+class StoppingRunner(Runner):
+    """Prefect's Runner, stopping within seconds on SIGTERM or SIGINT even when the Prefect
+    server is gone: pausing the schedules at shutdown waits PAUSE_SECONDS at most (Prefect's
+    own runner retries for minutes), and SIGINT takes the same path as SIGTERM."""
+
+    async def _pause_schedules(self) -> None:
+        try:
+            await asyncio.wait_for(super()._pause_schedules(), PAUSE_SECONDS)
+        except (TimeoutError, OSError, RuntimeError) as exc:  # the server did not answer
+            self._logger.warning("schedules not paused (the Prefect server did not answer in "
+                                 "%s s: %s); pause them in the UI if they should stop",
+                                 PAUSE_SECONDS, type(exc).__name__)
+
+    def handle_sigterm(self, signum: Any = None, *args: Any, **kwargs: Any) -> None:
+        # Prefect's own handler calls a stop() that, inside the event loop, only makes a
+        # coroutine nobody awaits (a RuntimeWarning); SystemExit alone unwinds the runner.
+        self._logger.info("signal %s received, stopping", signum)
+        sys.exit(0)
+
+    async def start(self, run_once: bool = False, webserver: bool | None = None) -> None:
+        signal.signal(signal.SIGINT, self.handle_sigterm)
+        await super().start(run_once=run_once, webserver=webserver)
 
 
 def schedules(cron: list[str], interval: list[str], full_resync_cron: str | None,
@@ -92,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds between polls for due runs (default "
                              "PREFECT_RUNNER_POLL_FREQUENCY, 10)")
     args = parser.parse_args(argv)
+    telemetry.turn_off()  # the flow runs it starts inherit it
     params = dict(args.param)
     if args.state_url:
         params["state_url"] = args.state_url
@@ -102,7 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"serving {len(deployments)} deployment(s): "
           + ", ".join(f"{d.flow_name}/{d.name}" for d in deployments), file=sys.stderr)
     kwargs: dict[str, Any] = {"query_seconds": args.poll} if args.poll else {}
-    serve(*deployments, limit=args.limit, **kwargs)
+    runner = StoppingRunner(limit=args.limit, **kwargs)
+    for deployment in deployments:
+        runner.add_deployment(deployment)
+    with contextlib.suppress(KeyboardInterrupt, TerminationSignal):
+        asyncio.run(runner.start())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Session-wide fixtures shared by the integration tests: PostgreSQL and Redis on loopback."""
+"""Fixtures for every test: PostgreSQL and Redis on loopback, and the root logger left as each
+test found it."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Iterator
@@ -10,6 +12,18 @@ import pytest
 
 from tests.pg_server import find_bindir, postgres_server
 from tests.redis_server import RedisServer, redis_server
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """Tests that call `cli.main` in-process configure the root logger with a handler on
+    pytest's captured stderr, which is closed after the test: later log records would fail
+    (and Prefect's handler recurse on the failure). Restore the root logger after each test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -160,7 +160,8 @@ _FAILED_STATUSES = {
     415: "unsupported media type: the body must be sent as application/json",
 }
 _FATAL_STATUSES = {
-    401: "the API key was refused (missing or invalid): check service.api_key_env",
+    401: "the API key was refused (missing or invalid): check the key in the variable that "
+         "service.api_key_env names (ENGAGE_API_KEY by default)",
     403: "the API key lacks this endpoint's permission, or the plan lacks the feature",
 }
 

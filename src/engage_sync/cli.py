@@ -16,7 +16,10 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from engage_sync import telemetry
+from engage_sync.cli_logging import configure
 from engage_sync.errors import SyncError
+from engage_sync.failures import expected, one_line
 
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
@@ -30,10 +33,23 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
+def _note_temporary_server() -> None:
+    """Say why a run takes 10-20 s longer when no Prefect server is configured."""
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        logging.getLogger("engage_sync.cli").info(
+            "PREFECT_API_URL is not set: Prefect starts a temporary server for this run "
+            "(10-20 s). Start one with `prefect server start` and export PREFECT_API_URL, "
+            "or run with --no-prefect")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from engage_sync.flows import sync_flow_or_direct
 
     path = resolve_integration(args.integration, args.config_dir)
+    if not args.no_prefect:
+        _note_temporary_server()
     result = sync_flow_or_direct(
         str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
         resend_events=args.resend_events, allow_deletes=args.allow_deletes,
@@ -82,8 +98,10 @@ def cmd_errors(args: argparse.Namespace) -> int:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from engage_sync import backfill
+    from engage_sync.deployment_source import integration_for
 
-    path = resolve_integration(args.integration, args.config_dir)
+    deployment = args.deployment or f"engage-sync/{Path(args.integration).stem}"
+    path = integration_for(args.integration, args.config_dir, deployment)
     start = backfill.parse_bound(args.start, is_end=False)
     end = backfill.parse_bound(args.end, is_end=True)
     chunks = backfill.plan(start, end, args.chunk)
@@ -97,7 +115,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                      "rows": sum(r["rows"] for r in rows)})
         return 0
     summary = backfill.run_backfill(
-        path.stem, chunks, deployment=args.deployment or f"engage-sync/{path.stem}",
+        path.stem, chunks, deployment=deployment,
         resend_events=args.resend_events, label=args.label, retry_failed=args.retry_failed,
         chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr))
     _print_json(summary.as_dict())
@@ -149,6 +167,9 @@ def _bound(*, is_end: bool) -> Any:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engage-sync", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("ENGAGE_SYNC_LOG_LEVEL", "INFO"))
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks of expected failures (bad config, missing table, "
+                             "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -239,15 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    telemetry.turn_off()  # before Prefect reads its settings or starts a temporary server
     if argv[:1] == ["sandbox"]:  # every option after `sandbox` is the sandbox's own
         return cmd_sandbox(argparse.Namespace(rest=argv[1:]))
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure(args.log_level, debug=args.debug)
     try:
-        return int(args.func(args))
-    except SyncError as exc:
-        print(f"engage-sync: {exc}", file=sys.stderr)
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:  # `engage-sync status ... | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if args.debug or not expected(exc):
+            raise
+        print(f"engage-sync: {one_line(exc)}", file=sys.stderr)
         return 2
 
 

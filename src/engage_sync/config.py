@@ -426,7 +426,8 @@ def parse_integration(raw: Any, *, file: str) -> Integration:
     try:
         return Integration.model_validate(raw)
     except ValidationError as exc:
-        problem = _describe(exc)
+        problem = (f"{_describe(exc)}; fix the file (its keys are listed in the README) "
+                   "and run again")
     raise ConfigError(problem, file=file)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 import httpx
 
+from engage_sync import telemetry
 from engage_sync.demo_identity import SEED_TRACK_BODY, build_identity_tables, identity_effects
 
 DEMO_KEY = "sandbox-demo-key"  # SANDBOX ONLY: the demo seed's key, accepted by nothing else
@@ -153,7 +154,7 @@ def run_demo(workdir: Path, port: int = 0) -> int:
     from engage_sync.wiring import open_state
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    telemetry.turn_off()
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     warehouse = workdir / "warehouse.duckdb"

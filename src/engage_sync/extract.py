@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -61,7 +62,8 @@ def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: cannot read the source "
-            f"({_what(spec)}): {_first_line(exc)}"
+            f"({_what(spec)}): {_first_line(exc)}; check source.table / source.query / "
+            f"source.schema in the integration file, or create the table"
         ) from exc
     exact = {a: a for a in actual}
     folded: dict[str, list[str]] = {}
@@ -141,7 +143,7 @@ def stream_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the window's rows as record batches of at most `batch_rows` rows."""
     try:
-        with engine.connect() as conn:
+        with connected(engine, spec) as conn:
             resolved = resolve_columns(conn, spec)
             query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
             if engine.dialect.name == "duckdb":
@@ -178,7 +180,7 @@ def _adbc_batches(engine: Engine, spec: SourceSpec, query: sa.Select[Any], batch
 def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
     """How many rows the window holds (the delete cap counts before anything is sent)."""
     try:
-        with engine.connect() as conn:
+        with connected(engine, spec) as conn:
             resolved = resolve_columns(conn, spec)
             inner = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved)
                                 ).order_by(None).subquery("w")
@@ -194,7 +196,7 @@ def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
     """One value of the cursor column (or None for an empty source), to learn its Python type:
     aware datetime, naive datetime (taken as UTC) or text (SQLite)."""
     try:
-        with engine.connect() as conn:
+        with connected(engine, spec) as conn:
             resolved = resolve_columns(conn, spec)
             cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
             query: sa.Select[Any] = (
@@ -265,6 +267,21 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+@contextmanager
+def connected(engine: Engine, spec: SourceSpec) -> Iterator[Connection]:
+    """A connection to the warehouse; a failure to connect is a SourceError saying so (the URL
+    is never in the message: it may hold a password)."""
+    try:
+        conn = engine.connect()
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: cannot connect to the warehouse: "
+            f"{_first_line(exc)}; check warehouse.url in the integration file and that the "
+            f"warehouse is up") from exc
+    with conn:
+        yield conn
 
 
 def _what(spec: SourceSpec) -> str:

@@ -15,7 +15,6 @@ artifacts, then prunes row error records older than the retention age.
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,36 +23,23 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from engage_sync import retention
+from engage_sync import prefect_exit, retention
 from engage_sync.config import integration_files, resolve_integration
 from engage_sync.errors import SyncError
+from engage_sync.failures import SyncAlert, one_line
 from engage_sync.folder import run_order
 from engage_sync.pipeline import run_options
 from engage_sync.progress import Mode
+from engage_sync.progress_report import ProgressReporter
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
 from engage_sync.status import run_errors
 from engage_sync.wiring import open_state, sync_file
 
 ARTIFACT_ROWS = 1000
+prefect_exit.register()  # no DuckDB leak report at exit of a process that ran a flow
 
 
-class SyncAlert(RuntimeError):
-    """Raised to fail the Prefect flow run of a sync that needs a person's attention."""
-
-
-def _progress_logger(logger: Any = None) -> Any:
-    """Every 2 s at most: rows read, requests, synced, failed, rejected, in doubt so far."""
-    logger = logger or get_run_logger()
-    last = [0.0]
-
-    def report(counts: dict[str, int]) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 2.0:
-            last[0] = now
-            logger.info("progress: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
-
-    return report
 
 
 def _artifact_key(name: str) -> str:
@@ -100,19 +86,21 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
              budgets: RateBudgets | None, allow_deletes: int | None) -> dict[str, Any]:
     logger = get_run_logger()
+    progress = ProgressReporter(logger.info)
     try:
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
-                            on_progress=_progress_logger())
-    except SyncError as exc:
-        raise SyncAlert(str(exc)) from exc
+                            on_progress=progress)
+    except SyncError as exc:  # the UI's state message and the CLI's last line say the same
+        raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
     if outcome.dry_run is not None:
         d = outcome.dry_run
         logger.info("dry run of %s: %s rows, %s requests, %s rejects", outcome.integration,
                     d.rows, d.requests, len(d.rejects))
         return d.summary(outcome.integration)
     record = dict(outcome.record or {})
+    progress.finish(record)
     _artifacts(outcome.integration, record, store)
     _prune(store)
     if outcome.alert:
@@ -216,13 +204,14 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                                 resend_events=resend_events, allow_deletes=allow_deletes,
                                 state_url=state_url)
     store = open_state(state_url)
+    progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
     try:
         outcome = sync_file(
             path, options=run_options(mode, start, end, dry_run, resend_events, allow_deletes),
-            store=store,
-            on_progress=_progress_logger(logging.getLogger("engage_sync.progress")))
+            store=store, on_progress=progress)
         if outcome.dry_run is not None:
             return outcome.dry_run.summary(outcome.integration)
+        progress.finish(outcome.record or {})
         retention.prune(store)
         return outcome.record
     finally:

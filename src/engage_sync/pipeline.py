@@ -123,6 +123,7 @@ class _Run:
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
         self.run_id = ""
+        self.window_rows: int | None = None  # counted once when someone watches progress
 
     def _drops(self) -> Drops:
         """Lookback drops rows acknowledged before; a backfill of events drops what
@@ -143,6 +144,7 @@ class _Run:
         self.run_id = opened.run_id
         try:
             self._check_delete_cap(opened.window)
+            self._count_window(opened.window)
             self._stream(opened)
         except SyncError as exc:
             state.finish_run(self.run_id,
@@ -255,9 +257,17 @@ class _Run:
                 f"max_deletes ({cap}); nothing was sent. Check the source, then raise "
                 f"max_deletes or rerun with --allow-deletes {rows}")
 
-    def report(self) -> None:
+    def _count_window(self, window: Window) -> None:
+        """The window's row count (one COUNT query), for progress lines only."""
         if self.deps.on_progress is not None:
-            self.deps.on_progress(dict(self.counts))
+            self.window_rows = count_rows(self.deps.engine, self.reader.spec, window)
+            self.report()
+
+    def report(self) -> None:
+        """Counts so far to `on_progress`, with `window_rows` once counted."""
+        if self.deps.on_progress is not None:
+            extra = {} if self.window_rows is None else {"window_rows": self.window_rows}
+            self.deps.on_progress({**self.counts, **extra})
 
 
 def _crash_error(cursor: Cursor, key: str) -> tuple[str, str, str]:

@@ -70,6 +70,29 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def start_prefect_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`prefect server start` on a free loopback port with its own PREFECT_HOME, telemetry off
+    and the scheduler looping every 2 s; returns the process and its API URL once healthy."""
+    port = free_port()
+    log = home / "server.log"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "DO_NOT_TRACK": "1", "PREFECT_UI_ENABLED": "false",
+           # scheduled runs within seconds (test_schedules), not the default minute
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2"}
+    env.pop("PREFECT_API_URL", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port)], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    api = f"http://127.0.0.1:{port}/api"
+    try:
+        _wait(f"{api}/health", proc, log, "prefect server", 90)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, api
+
+
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """PREFECT_API_URL of a Prefect server started for the session (about 5–10 s)."""
@@ -80,19 +103,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
 
     home = tmp_path_factory.mktemp("prefect-home")
-    port = free_port()
-    log = home / "server.log"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1",
-                                 "--port", str(port)], env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    api = f"http://127.0.0.1:{port}/api"
+    proc, api = start_prefect_server(home)
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
     try:
-        _wait(f"{api}/health", proc, log, "prefect server", 90)
         os.environ["PREFECT_API_URL"], os.environ["PREFECT_HOME"] = api, str(home)
         with temporary_settings(updates={PREFECT_API_URL: api,
                                          PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
@@ -158,39 +171,50 @@ def build_folder(root: Path, base_url: str) -> Path:
     return folder
 
 
+def start_serve(folder: Path, state_url: str, api: str, api_key: str, log: Path,
+                *schedule: str) -> subprocess.Popen[bytes]:
+    """`python deployments/serve.py FOLDER SCHEDULE... --poll 1` in its own session."""
+    env = {**os.environ, "ENGAGE_API_KEY": api_key, "PREFECT_API_URL": api}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "deployments" / "serve.py"), str(folder), *schedule,
+             "--poll", "1", "--state-url", state_url],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for_deployments(proc: subprocess.Popen[bytes], log: Path, *names: str) -> None:
+    """Until the server knows every deployment named (60 s at most)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + 60
+    with get_client(sync_client=True) as client:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"serve.py exited:\n{log.read_text()[-3000:]}")
+            try:
+                for name in names:
+                    client.read_deployment_by_name(name)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def served(prefect_api: str, sandbox: SandboxHandle,  # noqa: F811
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """`python deployments/serve.py` over a fresh folder: deployments engage-sync/users and
     engage-sync/events, a yearly cron (never due in a test) and a weekly full resync."""
-    from prefect.client.orchestration import get_client
-
     sandbox.reset()
     root = tmp_path_factory.mktemp("served")
     folder = build_folder(root, sandbox.base_url)
     state_url = f"sqlite:///{root / 'state.db'}"
     log = root / "serve.log"
-    env = {**os.environ, "ENGAGE_API_KEY": sandbox.api_key, "PREFECT_API_URL": prefect_api}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "deployments" / "serve.py"), str(folder),
-             "--cron", "0 0 1 1 *", "--full-resync-cron", "0 3 1 1 *", "--poll", "1",
-             "--state-url", state_url],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start_serve(folder, state_url, prefect_api, sandbox.api_key, log,
+                       "--cron", "0 0 1 1 *", "--full-resync-cron", "0 3 1 1 *")
     try:
-        deadline = time.monotonic() + 60
-        with get_client(sync_client=True) as client:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"serve.py exited:\n{log.read_text()[-3000:]}")
-                try:
-                    for name in ("engage-sync/users", "engage-sync/events"):
-                        client.read_deployment_by_name(name)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
+        wait_for_deployments(proc, log, "engage-sync/users", "engage-sync/events")
         yield Served(folder, state_url, sandbox)
     finally:
         _stop(proc)
