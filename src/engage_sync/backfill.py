@@ -196,7 +196,6 @@ def run_backfill(
     from prefect.client.schemas.objects import FlowRun
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
-    from prefect.states import Scheduled
 
     opts = options_hash(resend_events, label)
     tag = run_tag(integration, opts)
@@ -222,27 +221,9 @@ def run_backfill(
                     flow_run_name=f"{integration}-backfill-{chunk.start:%Y%m%dT%H%M%S}"))
                 result.created = True
             result.flow_run_id = run.id
-            rescheduled = False
-            deadline = time.monotonic() + chunk_timeout
-            while True:
-                run = client.read_flow_run(run.id)
-                state = run.state.type.value if run.state else "PENDING"
-                result.state, result.message = state, (run.state.message or "") if run.state else ""
-                if state == TERMINAL_OK:
-                    result.rows_synced = _rows_synced(client, run.id)
-                    break
-                if state in RESCHEDULE or (state == "FAILED" and retry_failed):
-                    if rescheduled:
-                        break
-                    report(f"chunk {n}/{len(chunks)} {chunk.label()}: run {run.id} "
-                           f"{state.lower()}; scheduled again")
-                    client.set_flow_run_state(run.id, Scheduled(), force=True)
-                    rescheduled = True
-                elif state == "FAILED":
-                    break
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(poll)
+            _watch(client, result, retry_failed=retry_failed, chunk_timeout=chunk_timeout,
+                   poll=poll, report=report,
+                   name=f"chunk {n}/{len(chunks)} {chunk.label()}: run {run.id}")
             report(f"chunk {n}/{len(chunks)} {chunk.label()}: {result.state.lower()}"
                    f"{' (new run)' if result.created else ''}, {result.rows_synced} rows synced; "
                    f"{summary.done}/{len(chunks)} chunks done, {summary.rows_synced} rows synced")
@@ -252,6 +233,35 @@ def run_backfill(
                 summary.stopped = _stop_reason(result)
                 break
     return summary
+
+
+def _watch(client: Any, result: ChunkResult, *, retry_failed: bool, chunk_timeout: float,
+           poll: float, report: Callable[[str], None], name: str) -> None:
+    """Poll a chunk's flow run until it completes, fails, or `chunk_timeout` passes, filling
+    `result`. A crashed or cancelled run (or a failed one, with `retry_failed`) is set back to
+    Scheduled once, and reported under `name`."""
+    from prefect.states import Scheduled
+
+    rescheduled = False
+    deadline = time.monotonic() + chunk_timeout
+    while True:
+        run = client.read_flow_run(result.flow_run_id)
+        state = run.state.type.value if run.state else "PENDING"
+        result.state, result.message = state, (run.state.message or "") if run.state else ""
+        if state == TERMINAL_OK:
+            result.rows_synced = _rows_synced(client, run.id)
+            return
+        if state in RESCHEDULE or (state == "FAILED" and retry_failed):
+            if rescheduled:
+                return
+            report(f"{name} {state.lower()}; scheduled again")
+            client.set_flow_run_state(run.id, Scheduled(), force=True)
+            rescheduled = True
+        elif state == "FAILED":
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(poll)
 
 
 def _stop_reason(result: ChunkResult) -> str:

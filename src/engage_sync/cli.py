@@ -171,14 +171,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks of expected failures (bad config, missing table, "
                              "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations):
+        add(sub)
+    return parser
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("integration", help="integration file, or name in the config folder")
-        p.add_argument("--config-dir", default=os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config"))
-        p.add_argument("--state-url", default=None, help="SQLAlchemy URL of the state database")
 
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("integration", help="integration file, or name in the config folder")
+    p.add_argument("--config-dir", default=os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config"))
+    p.add_argument("--state-url", default=None, help="SQLAlchemy URL of the state database")
+
+
+def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="sync one integration now (a Prefect flow run)")
-    common(run)
+    _common(run)
     run.add_argument("--mode", choices=["incremental", "backfill", "full_resync"],
                      default="incremental")
     run.add_argument("--start", type=_bound(is_end=False), default=None,
@@ -195,23 +201,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the pipeline directly, without a Prefect flow run")
     run.set_defaults(func=cmd_run)
 
+
+def _add_status_and_errors(sub: Any) -> None:
     status = sub.add_parser("status", help="sync status records, 10 a page, newest first")
-    common(status)
+    _common(status)
     status.add_argument("--cursor", default=None)
     status.set_defaults(func=cmd_status)
-
     errors = sub.add_parser("errors", help="rejected and failed rows with their reasons")
-    common(errors)
+    _common(errors)
     errors.add_argument("--limit", type=int, default=100)
     errors.set_defaults(func=cmd_errors)
 
+
+def _add_backfill(sub: Any) -> None:
     bf = sub.add_parser(
         "backfill", help="re-send a range of rows, one Prefect flow run per chunk",
         description="Re-send rows whose UPDATED_AT falls in [--start, --end), chunk by chunk. "
         "Each chunk is one run of the integration's deployment (served by "
         "deployments/serve.py or a worker), created once: repeating the command creates no "
         "run for a chunk that has one, and resumes at the first chunk not completed.")
-    common(bf)
+    _common(bf)
     bf.add_argument("--start", required=True, help="first day or datetime included (UTC)")
     bf.add_argument("--end", required=True,
                     help="last day included, or a datetime excluded (UTC)")
@@ -230,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for one chunk before stopping (resume by repeating)")
     bf.set_defaults(func=cmd_backfill)
 
+
+def _add_operations(sub: Any) -> None:
+    """status-server, prune, demo, sandbox."""
     server = sub.add_parser(
         "status-server", help="serve GET /cdi/integrations/{id}/job_sync_status over HTTP",
         description="The service's job sync status endpoint over the state database, behind "
@@ -240,22 +252,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="integrations without runs yet are known from their files here")
     server.add_argument("--state-url", default=None)
     server.set_defaults(func=cmd_status_server)
-
     prune = sub.add_parser("prune", help="delete rejected/failed row records older than an age")
     prune.add_argument("--older-than", default=None,
                        help="age such as 30d or 12h (default ENGAGE_SYNC_ERRORS_RETENTION or 30d)")
     prune.add_argument("--state-url", default=None)
     prune.set_defaults(func=cmd_prune)
-
     demo = sub.add_parser("demo", help="sample warehouse + sandbox + two flow runs")
     demo.add_argument("--workdir", default="demo-output")
     demo.add_argument("--port", type=int, default=0, help="sandbox port (0: a free one)")
     demo.set_defaults(func=cmd_demo)
-
     sandbox = sub.add_parser("sandbox", help="start the sandbox (see engage-sandbox --help)")
     sandbox.add_argument("rest", nargs=argparse.REMAINDER)
     sandbox.set_defaults(func=cmd_sandbox)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from engage_sync import secrets
-from engage_sync.config import Integration, check_budget_url
+from engage_sync.config import Integration
+from engage_sync.config_service import check_budget_url
 from engage_sync.errors import ConfigError, RateBudgetUnavailable
 from engage_sync.ratelimit import DEFAULT_RATES, Clock, RateBudget, RateBudgets, Sleep
 
