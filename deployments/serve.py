@@ -33,7 +33,8 @@ from engage_sync import telemetry
 from engage_sync.config import integration_files, parse_duration
 from engage_sync.flows import sync_folder, sync_integration
 
-PAUSE_SECONDS = 2.0  # at shutdown, how long pausing the schedules may wait for the server
+PAUSE_SECONDS = 6.0  # at shutdown, how long pausing the schedules may wait for the server
+# (a busy server on SQLite took over 2 s to answer in CI; within the 10 s a container gets)
 
 
 class StoppingRunner(Runner):

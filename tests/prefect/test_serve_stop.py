@@ -14,7 +14,7 @@ import httpx
 from engage_sandbox.server import SandboxHandle
 from tests.prefect.conftest import _stop, build_folder, start_prefect_server, start_serve
 
-STOP_SECONDS = 5.0
+STOP_SECONDS = 9.0  # PAUSE_SECONDS (6) and the runner's own shutdown
 
 
 def paused(api: str) -> bool | None:
