@@ -53,6 +53,9 @@ from pipeline_throughput import (
 BIN = Path(sys.executable).parent
 EVENTS_TABLE = "EVENTS_SYNC"
 
+# Leaf frames where a thread waits (for the service's answer, a lock, a pool slot): not CPU.
+WAITS = ("SyncStream.read (httpcore", "Condition.wait (threading", "Event.wait (threading",
+         "wait (concurrent/futures", "Thread.join (threading", "_wait_for_tstate_lock")
 # Frames that mark a stage, first match wins (most specific first).
 STAGES = (
     ("journal", ("engage_sync/state.py", "engage_sync/state_schema.py")),
@@ -199,14 +202,16 @@ def _last_json(out: bytes) -> dict[str, Any]:
 
 
 def breakdown(profile: Path) -> dict[str, float]:
-    """Share of the CLI's samples per stage (all threads; idle waits are `other`)."""
+    """Share of the CLI's samples per stage, all threads; a thread blocked on a socket read, a
+    lock or a pool slot counts as `waiting`, not as its stage."""
     counts: collections.Counter[str] = collections.Counter()
     for line in profile.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         if not n.isdigit():
             continue
-        stage = next((name for name, marks in STAGES if any(m in stack for m in marks)),
-                     "other")
+        leaf = stack.rsplit(";", 1)[-1]
+        stage = "waiting" if any(w in leaf for w in WAITS) else next(
+            (name for name, marks in STAGES if any(m in stack for m in marks)), "other")
         counts[stage] += int(n)
     total = sum(counts.values()) or 1
     return {stage: round(100 * n / total, 1) for stage, n in counts.most_common()}
