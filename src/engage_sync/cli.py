@@ -45,16 +45,22 @@ def _note_temporary_server() -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engage_sync.flows import sync_flow_or_direct
-
     path = resolve_integration(args.integration, args.config_dir)
-    if not args.no_prefect:
+    if args.no_prefect:  # Prefect is not even imported
+        from engage_sync.pipeline import run_options
+        from engage_sync.wiring import run_direct
+
+        result: Any = run_direct(path, run_options(
+            args.mode, args.start, args.end, args.dry_run, args.resend_events,
+            args.allow_deletes), args.state_url)
+    else:
+        from engage_sync.flows import sync_flow_or_direct
+
         _note_temporary_server()
-    result = sync_flow_or_direct(
-        str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
-        resend_events=args.resend_events, allow_deletes=args.allow_deletes,
-        state_url=args.state_url, use_prefect=not args.no_prefect,
-    )
+        result = sync_flow_or_direct(
+            str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
+            resend_events=args.resend_events, allow_deletes=args.allow_deletes,
+            state_url=args.state_url)
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
 

@@ -34,7 +34,7 @@ from engage_sync.progress_report import ProgressReporter
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
 from engage_sync.status import run_errors
-from engage_sync.wiring import open_state, sync_file
+from engage_sync.wiring import open_state, run_direct, sync_file
 
 ARTIFACT_ROWS = 1000
 prefect_exit.register()  # no DuckDB leak report at exit of a process that ran a flow
@@ -203,16 +203,5 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
         return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
                                 resend_events=resend_events, allow_deletes=allow_deletes,
                                 state_url=state_url)
-    store = open_state(state_url)
-    progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
-    try:
-        outcome = sync_file(
-            path, options=run_options(mode, start, end, dry_run, resend_events, allow_deletes),
-            store=store, on_progress=progress)
-        if outcome.dry_run is not None:
-            return outcome.dry_run.summary(outcome.integration)
-        progress.finish(outcome.record or {})
-        retention.prune(store)
-        return outcome.record
-    finally:
-        store.engine.dispose()
+    return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
+                                        allow_deletes), state_url)

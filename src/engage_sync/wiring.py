@@ -163,3 +163,24 @@ def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:
     run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
                             message=str(exc))
     store.finish_run(run_id, "config_error", message=str(exc))
+
+
+def run_direct(path: str | Path, options: RunOptions, state_url: str | None = None
+               ) -> dict[str, Any] | None:
+    """The pipeline alone, without Prefect (`engage-sync run --no-prefect`): the status record,
+    or a dry run's summary; progress lines on the `engage_sync.progress` logger. Prefect is not
+    imported on this path (about 40 MB and a second of start-up)."""
+    from engage_sync import retention
+    from engage_sync.progress_report import ProgressReporter
+
+    store = open_state(state_url)
+    progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
+    try:
+        outcome = sync_file(path, options=options, store=store, on_progress=progress)
+        if outcome.dry_run is not None:
+            return outcome.dry_run.summary(outcome.integration)
+        progress.finish(outcome.record or {})
+        retention.prune(store)
+        return outcome.record
+    finally:
+        store.engine.dispose()

@@ -1,0 +1,38 @@
+"""`engage-sync run FILE --no-prefect` never imports Prefect (about 40 MB and a second of
+start-up), and ends cleanly: the status record on stdout, no traceback or DuckDB leak report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.conftest import Service, Warehouse, table_integration, user_rows
+
+PROBE = """
+import sys
+from engage_sync.cli import main
+code = main(sys.argv[1:])
+print("PREFECT-IMPORTED" if "prefect" in sys.modules else "PREFECT-NOT-IMPORTED")
+sys.exit(code)
+"""
+
+
+def test_a_run_without_prefect_imports_no_prefect(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    path = table_integration(warehouse, service, tmp_path, "attributes", user_rows(150))
+    warehouse.engine.dispose()  # DuckDB: one process holds the file
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "run", str(path), "--no-prefect",
+         "--state-url", f"sqlite:///{tmp_path / 'state.db'}"],
+        env={**os.environ, "ENGAGE_API_KEY": sandbox_key}, capture_output=True, text=True,
+        timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.rstrip().endswith("PREFECT-NOT-IMPORTED")
+    record = json.loads(out[:out.rindex("PREFECT-")])
+    assert (record["rows_read"], record["rows_synced"]) == (150, 150)
+    assert "Traceback" not in done.stderr and "nanobind" not in done.stderr
