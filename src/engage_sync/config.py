@@ -264,6 +264,7 @@ class Integration(_Frozen):
     settle_lag: Duration = timedelta(seconds=0)
     lookback: Duration | None = None
     in_doubt: Literal["resend", "skip"] = "resend"
+    diff: Literal["fields", "off"] = "fields"
     update_existing_only: bool | None = None
     failed_rows_alert_share: float | None = Field(default=None, ge=0, le=1)
     subscriptions: SubscriptionSpec | None = None

@@ -6,7 +6,9 @@ Invariants:
   (key, reason) reject, or None for a row dropped because it needs no sending (lookback: the
   same content was acknowledged before; backfill of events: an incremental run sent it or will);
 - the rejects of a batch are handed to `on_rejects` (to be made durable) before the batch is
-  yielded, so the cursor can never pass a reject that is not recorded.
+  yielded, so the cursor can never pass a reject that is not recorded;
+- with a `Differ` (field-level diff), the items left after the drops are reduced to what
+  changed, and rows with nothing changed are dropped (None), before the batch is yielded.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from engage_sync.config import Integration
+from engage_sync.diffing import Differ
 from engage_sync.extract import SourceSpec, stream_batches
 from engage_sync.items import Item
 from engage_sync.kinds import Kind
@@ -84,10 +87,11 @@ class Reader:
     """Reads one integration's window as `RowBatch`es in source order."""
 
     def __init__(self, integration: Integration, kind: Kind, engine: Engine,
-                 state: StateStore, drops: Drops) -> None:
+                 state: StateStore, drops: Drops, differ: Differ | None = None) -> None:
         self.i, self.kind, self.engine, self.state = integration, kind, engine, state
         self.spec = source_spec(integration, kind)
         self.drops = drops
+        self.differ = differ
 
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
@@ -107,6 +111,8 @@ class Reader:
                 self._drop_sent(rows)
             if on_rejects is not None and result.rejects:
                 self._record_rejects(rows, on_rejects)
+            if self.differ is not None:
+                self.differ.apply(rows.outcomes)
             yield rows
             seq += batch.num_rows
 
