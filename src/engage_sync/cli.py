@@ -60,6 +60,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_forget(args: argparse.Namespace) -> int:
+    from engage_sync.wiring import open_state
+
+    name = Path(args.integration).stem
+    users = open_state(args.state_url).forget_fields(name)
+    print(f"integration {name}: forgot the attribute digests of {users} users; every row its "
+          "next runs read is sent whole (run it with --mode full_resync to send every row now)")
+    return 0
+
+
 def cmd_errors(args: argparse.Namespace) -> int:
     from engage_sync.status import shown_key
     from engage_sync.wiring import open_state
@@ -178,6 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     common(status)
     status.add_argument("--cursor", default=None)
     status.set_defaults(func=cmd_status)
+
+    forget = sub.add_parser(
+        "forget", help="forget which attribute values the service acknowledged (field diff)",
+        description="Drop the integration's field record, for when the service's profiles "
+        "were changed by other writers: the rows its next runs read are sent whole.")
+    common(forget)
+    forget.set_defaults(func=cmd_forget)
 
     errors = sub.add_parser("errors", help="rejected and failed rows with their reasons")
     common(errors)

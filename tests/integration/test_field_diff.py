@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from engage_sync import field_diff
+from engage_sync.cli import main
 from engage_sync.diffing import Differ
 from engage_sync.items import Item
 from engage_sync.pipeline import RunOptions, run_options
 from engage_sync.state import StateStore
 from engage_sync.state_schema import fields
+from engage_sync.status import page
 from engage_sync.wiring import open_state, sync_file
 from tests.integration.conftest import (
     T0,
@@ -206,3 +208,38 @@ def test_a_value_changed_back_before_the_first_change_settled_is_sent(state: Sta
     third: list[Any] = [_item(2, "free")]
     differ.apply(third)  # nothing was recorded (no ack): the stored record says free
     assert third == [None]
+
+
+def test_status_cli_and_server_show_the_points_the_sandbox_counted(
+    users: Path, warehouse: Warehouse, service: Service, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'status.db'}"
+    state = open_state(url)
+    _run(users, state)
+    _touch(warehouse, 1, "external_id < 'u00010'",
+           json.dumps({"plan": "pro", "n": -1, "city": "Lyon"}))
+    _run(users, state)
+    capsys.readouterr()
+    assert main(["status", "users", "--state-url", url]) == 0
+    shown = json.loads(capsys.readouterr().out)["results"]
+    served = page(state, "users", None, extended=False).results  # what status-server answers
+    billed = service.counters()["data_points_by_key"]["attributes"]
+    assert [r["data_points_sent"] for r in shown] == [20, ROWS * 3]
+    assert [r["data_points_sent"] for r in served] == [20, ROWS * 3]
+    assert sum(r["data_points_sent"] for r in shown) == sum(billed.values())
+    assert [r["data_points_saved"] for r in served] == [10, 0]
+
+
+def test_forget_makes_the_next_run_send_every_field(
+    users: Path, warehouse: Warehouse, service: Service, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'forget.db'}"
+    state = open_state(url)
+    _run(users, state)
+    assert main(["forget", "users", "--state-url", url]) == 0
+    assert f"{ROWS} users" in capsys.readouterr().out
+    _touch(warehouse, 1)
+    again = _run(users, state)
+    assert again["data_points_sent"] == ROWS * 3 and _points(service) == 2 * ROWS * 3
