@@ -26,6 +26,17 @@ from engage_sync.items import Item
 from engage_sync.state import StateStore
 
 
+class Unchanged:
+    """The outcome of a row the diff found unchanged: nothing to send, but the row is passed
+    (the cursor moves over it)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+
+
 class Differ:
     """Diffs the items of one run's batches and counts what it saved.
 
@@ -37,9 +48,10 @@ class Differ:
         self.unchanged = 0
         self.saved = 0
 
-    def apply(self, outcomes: list[Item | tuple[str, str] | None]) -> None:
-        """Rewrite one batch's items in place: an unchanged row becomes None (not sent), a
-        changed one carries only its changed attributes; each keeps the digests to record."""
+    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
+        """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
+        send), a changed one carries only its changed attributes; each keeps the digests to
+        record."""
         at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
         keys = [user_key(outcomes[k].user) for k in at]  # type: ignore[union-attr]
         stored = {} if self.refresh else self.state.field_digests(
@@ -54,7 +66,7 @@ class Differ:
             self.saved += change.saved
             if change.obj is None:
                 self.unchanged += 1
-                outcomes[k] = None
+                outcomes[k] = UNCHANGED
                 continue
             sent = item.blob if change.whole else orjson.dumps(change.obj)
             outcomes[k] = Item(item.seq, item.key, item.user, item.array, sent, item.group,

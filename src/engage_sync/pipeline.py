@@ -28,7 +28,7 @@ from engage_sync import kinds
 from engage_sync.config import Integration
 from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
-from engage_sync.diffing import Differ
+from engage_sync.diffing import UNCHANGED, Differ
 from engage_sync.errors import ConfigError, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
 from engage_sync.items import Item
@@ -180,6 +180,9 @@ class _Run:
                         if entry.req_no in opened.crashed and isinstance(outcome, Item):
                             crashed.append(_crash_error(rows.cursor(k), outcome.key))
                         cutter.skip(entry.start, tuple(entry.end))
+                        continue
+                    if outcome is UNCHANGED:  # the diff: nothing to send, pass it
+                        cutter.passed(rows, k)
                         continue
                     counts["read"] += 1
                     if isinstance(outcome, Item):

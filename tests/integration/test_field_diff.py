@@ -11,7 +11,7 @@ import pytest
 
 from engage_sync import field_diff
 from engage_sync.cli import main
-from engage_sync.diffing import Differ
+from engage_sync.diffing import UNCHANGED, Differ
 from engage_sync.items import Item
 from engage_sync.pipeline import RunOptions, run_options
 from engage_sync.state import StateStore
@@ -80,6 +80,8 @@ def test_rerun_and_touched_rows_bill_nothing(
     assert again["data_points_sent"] == touched["data_points_sent"] == 0
     assert touched["rows_unchanged"] == ROWS and touched["data_points_saved"] == ROWS * 3
     assert touched["job_status"] == "success"
+    # the cursor moved over the unchanged rows: the next run does not read them again
+    assert _run(users, state)["rows_unchanged"] == 0
 
 
 def test_one_changed_attribute_bills_one_point_and_null_is_sent_once(
@@ -164,13 +166,16 @@ def _processed(service: Service) -> dict[bytes, dict[int, int]]:
 def test_sigkill_then_resume_records_only_what_the_sandbox_processed(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
 ) -> None:
-    rows = _rows(5000)  # 67 requests: settlements are saved 32 requests at a time
+    # 134 requests. Settlements are saved 32 at a time, and at most 68 requests are handed to
+    # the sender unsettled (4 in flight + 2 groups): when request 120 is sent, at least 52
+    # were collected, so at least one group was recorded before the kill.
+    rows = _rows(10_000)
     path = table_integration(warehouse, service, tmp_path, "attributes", rows,
                              extract_batch_rows=500)
     warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     state = open_state(state_url)
-    kill_during_request(path, service, sandbox_key, state_url, nth=50)
+    kill_during_request(path, service, sandbox_key, state_url, nth=120)
 
     processed, recorded = _processed(service), _recorded(state)
     assert recorded, "the killed run recorded nothing: the kill came too early to test"
@@ -207,7 +212,7 @@ def test_a_value_changed_back_before_the_first_change_settled_is_sent(state: Sta
     assert differ.pending == {}
     third: list[Any] = [_item(2, "free")]
     differ.apply(third)  # nothing was recorded (no ack): the stored record says free
-    assert third == [None]
+    assert third == [UNCHANGED]
 
 
 def test_status_cli_and_server_show_the_points_the_sandbox_counted(

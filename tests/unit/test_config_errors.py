@@ -103,5 +103,7 @@ def test_diff_is_fields_by_default_and_off_or_fields_only(tmp_path: Path) -> Non
     path = tmp_path / "users.yaml"
     path.write_text("kind: attributes\nsource: {table: U}\n")
     assert load_integration(path).diff == "fields"
+    path.write_text("kind: attributes\nsource: {table: U}\ndiff: off\n")  # YAML: false
+    assert load_integration(path).diff == "off"
     error = str(_refused(tmp_path, "kind: attributes\nsource: {table: U}\ndiff: yes\n"))
     assert "key 'diff'" in error and "'fields' or 'off'" in error
