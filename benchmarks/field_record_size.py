@@ -24,6 +24,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the server helpers
 
 from engage_sync.field_diff import diff, encode, user_key
+from engage_sync.field_record import FRESH
 from engage_sync.state import StateStore
 
 SETTLE = 2400  # objects per settle transaction: 32 requests of 75
@@ -38,7 +39,7 @@ def fill(store: StateStore, users: int, attributes: int) -> float:
         for u in range(first, min(first + SETTLE, users)):
             obj = {"external_id": f"user-{u:08d}", **{n: f"{n}-{u % 97}" for n in names}}
             deltas.append((f"external_id:user-{u:08d}",
-                           encode(diff(obj, "external_id", None).delta)))
+                           FRESH + encode(diff(obj, "external_id", None).delta)))
         store.settle("bench", "bench", [], acked_fields=deltas)
     return time.perf_counter() - start
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 import orjson
 
 from engage_sync.field_diff import Digests, decode, diff, encode, identifier_of, merged, user_key
+from engage_sync.field_record import FRESH, MERGE
 from engage_sync.items import Item
 from engage_sync.state import StateStore
 
@@ -44,7 +45,7 @@ class Differ:
 
     def __init__(self, integration: str, state: StateStore, refresh: bool = False) -> None:
         self.integration, self.state, self.refresh = integration, state, refresh
-        self.pending: dict[bytes, tuple[int, Digests]] = {}
+        self.pending: dict[str, tuple[int, Digests]] = {}  # by user reference
         self.unchanged = 0
         self.saved = 0
 
@@ -53,14 +54,14 @@ class Differ:
         send), a changed one carries only its changed attributes; each keeps the digests to
         record."""
         at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
-        keys = [user_key(outcomes[k].user) for k in at]  # type: ignore[union-attr]
+        users = [outcomes[k].user for k in at]  # type: ignore[union-attr]
         stored = {} if self.refresh else self.state.field_digests(
-            self.integration, [key for key in keys if key not in self.pending])
-        for k, key in zip(at, keys, strict=True):
+            self.integration, [user_key(u) for u in users if u not in self.pending])
+        for k, user in zip(at, users, strict=True):
             item = outcomes[k]
             assert isinstance(item, Item)
-            held = self.pending.get(key)
-            blob = stored.get(key)
+            held = self.pending.get(user)
+            blob = stored.get(user_key(user)) if stored and held is None else None
             last = held[1] if held else (decode(blob) if blob is not None else None)
             change = diff(orjson.loads(item.blob), identifier_of(item.user), last, self.refresh)
             self.saved += change.saved
@@ -69,21 +70,21 @@ class Differ:
                 outcomes[k] = UNCHANGED
                 continue
             sent = item.blob if change.whole else orjson.dumps(change.obj)
+            fresh = FRESH if last is None and not self.refresh else MERGE
             outcomes[k] = Item(item.seq, item.key, item.user, item.array, sent, item.group,
-                               change.sent, encode(change.delta))
-            self.pending[key] = ((held[0] if held else 0) + 1, merged(last, change.delta))
+                               change.sent, fresh + encode(change.delta))
+            self.pending[user] = ((held[0] if held else 0) + 1, merged(last, change.delta))
 
     def release(self, items: Iterable[Item]) -> None:
         """These items settled (acknowledged, failed or in doubt): no longer pending."""
         for item in items:
-            key = user_key(item.user)
-            held = self.pending.get(key)
+            held = self.pending.get(item.user)
             if held is None:
                 continue
             if held[0] <= 1:
-                del self.pending[key]
+                del self.pending[item.user]
             else:
-                self.pending[key] = (held[0] - 1, held[1])
+                self.pending[item.user] = (held[0] - 1, held[1])
 
     def take_counts(self) -> tuple[int, int]:
         """(rows unchanged, data points saved) since the last call."""

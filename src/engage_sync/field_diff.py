@@ -20,8 +20,7 @@ Invariants (property-tested):
 
 from __future__ import annotations
 
-import sys
-from array import array
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -34,7 +33,6 @@ Digests = dict[int, int]
 
 UPDATE_FLAG = "_update_existing_only"
 _SORT = orjson.OPT_SORT_KEYS
-_LITTLE = sys.byteorder == "little"
 
 
 @lru_cache(maxsize=4096)
@@ -63,14 +61,20 @@ def identifier_of(user: str) -> str:
     return user.split(":", 1)[0]
 
 
+def _layout(n: int) -> struct.Struct:
+    layout = _LAYOUTS.get(n)
+    if layout is None:
+        layout = _LAYOUTS[n] = struct.Struct(f"<{n}I{n}Q")
+    return layout
+
+
+_LAYOUTS: dict[int, struct.Struct] = {}
+
+
 def encode(digests: Digests) -> bytes:
     """slot → digest as bytes: every slot (4 bytes each), then every digest (8 bytes each),
     little-endian."""
-    slots, values = array("I", digests.keys()), array("Q", digests.values())
-    if not _LITTLE:
-        slots.byteswap()
-        values.byteswap()
-    return slots.tobytes() + values.tobytes()
+    return _layout(len(digests)).pack(*digests.keys(), *digests.values())
 
 
 def decode(blob: bytes) -> Digests:
@@ -78,13 +82,8 @@ def decode(blob: bytes) -> Digests:
     n, rest = divmod(len(blob), 12)
     if rest:
         raise ValueError(f"a field record of {len(blob)} bytes is not a multiple of 12")
-    slots, values = array("I"), array("Q")
-    slots.frombytes(blob[:4 * n])
-    values.frombytes(blob[4 * n:])
-    if not _LITTLE:
-        slots.byteswap()
-        values.byteswap()
-    return dict(zip(slots, values, strict=True))
+    values = _layout(n).unpack(blob)
+    return dict(zip(values[:n], values[n:], strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,8 @@ class Item:
     `points`: the billed data points of the object (attribute keys but the identifier and the
     update flag; 1 for an event or a purchase; 0 for kinds the service does not bill).
     `fields`: with the field-level diff, the digests to record for `user` once the service
-    acknowledged the object (`field_diff.encode`); empty otherwise.
+    acknowledged the object (`field_record.FRESH` or `MERGE`, then `field_diff.encode`);
+    empty otherwise.
     """
 
     seq: int

@@ -12,6 +12,7 @@ import pytest
 from engage_sync import field_diff
 from engage_sync.cli import main
 from engage_sync.diffing import UNCHANGED, Differ
+from engage_sync.field_record import FRESH
 from engage_sync.items import Item
 from engage_sync.pipeline import RunOptions, run_options
 from engage_sync.state import StateStore
@@ -200,7 +201,7 @@ def test_a_value_changed_back_before_the_first_change_settled_is_sent(state: Sta
     """Row 1 sets plan to gold, row 2 (a later batch, row 1 still in flight) sets it back: row
     2 is diffed against what row 1 will leave at the service, not against the stored record."""
     state.settle("r", "users", [], acked_fields=[
-        ("external_id:u1", field_diff.encode(field_diff.diff(
+        ("external_id:u1", FRESH + field_diff.encode(field_diff.diff(
             {"external_id": "u1", "plan": "free"}, "external_id", None).delta))])
     differ = Differ("users", state)
     first: list[Any] = [_item(0, "gold")]
