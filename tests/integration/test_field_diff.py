@@ -249,3 +249,20 @@ def test_forget_makes_the_next_run_send_every_field(
     _touch(warehouse, 1)
     again = _run(users, state)
     assert again["data_points_sent"] == ROWS * 3 and _points(service) == 2 * ROWS * 3
+
+
+def test_an_item_the_service_refused_is_not_recorded_nor_billed(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    rows = _rows(50)
+    rows[7]["external_id"] = "undefined"  # the sandbox refuses it (an item error in a 201)
+    path = table_integration(warehouse, service, tmp_path, "attributes", rows)
+    first = _run(path, state)
+    assert first["rows_failed_with_errors"] == 1
+    assert first["data_points_sent"] == 49 * 3 == _points(service)
+    _touch(warehouse, 1)
+    touched = _run(path, state)
+    assert touched["rows_unchanged"] == 49  # the refused row was not recorded: sent again
+    assert service.requests()[-1]["body"]["attributes"] == [
+        {"external_id": "undefined", **json.loads(rows[7]["payload"])}]
+    assert touched["data_points_sent"] == 0 and _points(service) == 49 * 3
