@@ -120,7 +120,8 @@ class _Run:
         self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
         self.lookback = integration.lookback if options.mode == "incremental" else None
         self.stored: Cursor | None = deps.state.cursor(integration.name)  # when the run opened
-        self.differ = Differ(integration.name, deps.state, refresh=options.mode == "full_resync"
+        # a full resync and a backfill re-send what they read whole, and refresh the record
+        self.differ = Differ(integration.name, deps.state, refresh=options.mode != "incremental"
                              ) if self.kind.diffs(integration) else None
         self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops(),
                              self.differ)
@@ -177,6 +178,8 @@ class _Run:
                         continue
                     entry = skipper.settled(rows.cursor(k)) if skipper else None
                     if entry is not None:  # settled by an earlier attempt: not sent again
+                        if isinstance(outcome, Item) and self.differ is not None:
+                            self.differ.release((outcome,))  # never pending: not sent
                         if entry.req_no in opened.crashed and isinstance(outcome, Item):
                             crashed.append(_crash_error(rows.cursor(k), outcome.key))
                         cutter.skip(entry.start, tuple(entry.end))
