@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from engage_sync import field_diff
 from engage_sync.cli import main
@@ -16,8 +17,8 @@ from engage_sync.field_record import FRESH
 from engage_sync.items import Item
 from engage_sync.pipeline import RunOptions, run_options
 from engage_sync.state import StateStore
-from engage_sync.state_schema import fields
-from engage_sync.status import page
+from engage_sync.state_schema import ADDED_COLUMNS, fields, runs
+from engage_sync.status import page, record
 from engage_sync.wiring import open_state, sync_file
 from tests.integration.conftest import (
     T0,
@@ -266,3 +267,17 @@ def test_an_item_the_service_refused_is_not_recorded_nor_billed(
     assert service.requests()[-1]["body"]["attributes"] == [
         {"external_id": "undefined", **json.loads(rows[7]["payload"])}]
     assert touched["data_points_sent"] == 0 and _points(service) == 49 * 3
+
+
+def test_a_state_database_made_before_the_diff_gets_its_columns(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    old = sa.MetaData()
+    sa.Table(runs.name, old, *(sa.Column(c.name, c.type, primary_key=c.primary_key)
+                               for c in runs.columns if c.name not in ADDED_COLUMNS))
+    old.create_all(engine)
+    store = StateStore(engine)
+    run_id = store.open_run("users", "incremental", None, None)
+    store.add_diff_counts(run_id, 2, 6)
+    store.finish_run(run_id, "success")
+    shown = record(store.run(run_id))
+    assert (shown["rows_unchanged"], shown["data_points_saved"]) == (2, 6)
