@@ -12,11 +12,12 @@ from engage_sandbox.settings import SandboxSettings
 from engage_sandbox.track import (
     ARRAYS,
     NO_VALID,
-    NON_ATTRIBUTE_KEYS,
     Counters,
     Outcome,
     Ref,
+    count_attribute,
     count_event,
+    count_purchase,
     fatal,
     shape,
 )
@@ -47,16 +48,12 @@ def handle_track_lean(body: Any, settings: SandboxSettings, counters: Counters) 
         objects = [item for item in items if isinstance(item, dict)]
         result[f"{name}_processed"] = len(objects)
         if name == "attributes":
-            counters.attributes_processed += len(objects)
             for item in objects:
-                ref_kind = _quick_ref(item)[0]
-                counters.data_points += sum(
-                    1 for k in item if k not in NON_ATTRIBUTE_KEYS and k != ref_kind
-                )
+                count_attribute(counters, item, _quick_ref(item)[0])
         elif name == "events":
             for item in objects:
                 count_event(counters, _quick_ref(item), str(item.get("name")))
         else:
-            counters.purchases += len(objects)
-            counters.data_points += len(objects)
+            for item in objects:
+                count_purchase(counters, str(item.get("product_id")))
     return Outcome(201, result)

@@ -86,6 +86,9 @@ class Counters:
     )
     attributes_processed: int = 0
     data_points: int = 0
+    data_points_by_key: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
     skipped_update_existing_only: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +100,7 @@ class Counters:
             "events_by_user": {u: dict(n) for u, n in self.events_by_user.items()},
             "attributes_processed": self.attributes_processed,
             "data_points": self.data_points,
+            "data_points_by_key": {a: dict(n) for a, n in self.data_points_by_key.items()},
             "skipped_update_existing_only": self.skipped_update_existing_only,
         }
 
@@ -400,10 +404,18 @@ def apply_attribute(store: ProfileStore, item: dict[str, Any], counters: Counter
         store.set_subscription(
             profile, group["subscription_group_id"], group["subscription_state"]
         )
+    count_attribute(counters, item, ref_kind)
+
+
+def count_attribute(counters: Counters, item: dict[str, Any], ref_kind: str) -> None:
+    """Count one processed attributes object (also used by the lean path): each key but the
+    identifiers and `_update_existing_only` is a billed data point, tallied per key too."""
     counters.attributes_processed += 1
-    counters.data_points += sum(
-        1 for k in item if k not in NON_ATTRIBUTE_KEYS and k != ref_kind
-    )
+    per_key = counters.data_points_by_key["attributes"]
+    for k in item:
+        if k not in NON_ATTRIBUTE_KEYS and k != ref_kind:
+            counters.data_points += 1
+            per_key[k] += 1
 
 
 def _record(item: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -426,6 +438,7 @@ def count_event(counters: Counters, ref: Ref, name: str) -> None:
     """Count one accepted event (also used by the lean path)."""
     counters.events += 1
     counters.data_points += 1
+    counters.data_points_by_key["events"][name] += 1
     counters.events_by_user[ref_key(ref)][name] += 1
 
 
@@ -439,8 +452,14 @@ def apply_purchase(store: ProfileStore, item: dict[str, Any], counters: Counters
     record.setdefault("quantity", 1)
     profile.purchases.append(record)
     store.touch(profile)
+    count_purchase(counters, str(item.get("product_id")))
+
+
+def count_purchase(counters: Counters, product_id: str) -> None:
+    """Count one accepted purchase (also used by the lean path), per product id too."""
     counters.purchases += 1
     counters.data_points += 1
+    counters.data_points_by_key["purchases"][product_id] += 1
 
 
 APPLIERS = {"attributes": apply_attribute, "events": apply_event, "purchases": apply_purchase}

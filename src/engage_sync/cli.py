@@ -82,6 +82,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_forget(args: argparse.Namespace) -> int:
+    from engage_sync.wiring import open_state
+
+    name = Path(args.integration).stem
+    users = open_state(args.state_url).forget_fields(name)
+    print(f"integration {name}: forgot the attribute digests of {users} users; every row its "
+          "next runs read is sent whole (run it with --mode full_resync to send every row now)")
+    return 0
+
+
 def cmd_errors(args: argparse.Namespace) -> int:
     from engage_sync.status import shown_key
     from engage_sync.wiring import open_state
@@ -213,6 +223,14 @@ def _add_status_and_errors(sub: Any) -> None:
     _common(status)
     status.add_argument("--cursor", default=None)
     status.set_defaults(func=cmd_status)
+
+    forget = sub.add_parser(
+        "forget", help="forget which attribute values the service acknowledged (field diff)",
+        description="Drop the integration's field record, for when the service's profiles "
+        "were changed by other writers: the rows its next runs read are sent whole.")
+    _common(forget)
+    forget.set_defaults(func=cmd_forget)
+
     errors = sub.add_parser("errors", help="rejected and failed rows with their reasons")
     _common(errors)
     errors.add_argument("--limit", type=int, default=100)

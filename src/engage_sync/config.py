@@ -60,6 +60,14 @@ def parse_duration(value: Any) -> timedelta:
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
+def _yaml_off(value: Any) -> Any:
+    """YAML reads an unquoted `off` as false: `diff: off` means the setting `off`."""
+    return "off" if value is False else value
+
+
+DiffSetting = Annotated[Literal["fields", "off"], BeforeValidator(_yaml_off)]
+
+
 class _Frozen(BaseModel):
     model_config = FROZEN
 
@@ -204,6 +212,7 @@ class Integration(_Frozen):
     settle_lag: Duration = timedelta(seconds=0)
     lookback: Duration | None = None
     in_doubt: Literal["resend", "skip"] = "resend"
+    diff: DiffSetting = "fields"
     update_existing_only: bool | None = None
     failed_rows_alert_share: float | None = Field(default=None, ge=0, le=1)
     subscriptions: SubscriptionSpec | None = None

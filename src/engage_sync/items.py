@@ -25,6 +25,11 @@ class Item:
     subscriptions: (subscription_group_id, subscription_state)); empty for /users/track.
     `user` names the user the item touches; an item touching several users (a merge) joins
     their names with USER_SEP. Two requests sharing a user are never in flight at once.
+    `points`: the billed data points of the object (attribute keys but the identifier and the
+    update flag; 1 for an event or a purchase; 0 for kinds the service does not bill).
+    `fields`: with the field-level diff, the digests to record for `user` once the service
+    acknowledged the object (`field_record.FRESH` or `MERGE`, then `field_diff.encode`);
+    empty otherwise.
     """
 
     seq: int
@@ -33,6 +38,8 @@ class Item:
     array: str
     blob: bytes
     group: tuple[str, ...] = ()
+    points: int = 0
+    fields: bytes = b""
 
 
 USER_SEP = "\x1e"

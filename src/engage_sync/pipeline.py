@@ -28,6 +28,7 @@ from engage_sync import kinds
 from engage_sync.config import Integration
 from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
+from engage_sync.diffing import UNCHANGED, Differ
 from engage_sync.errors import ConfigError, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
 from engage_sync.items import Item
@@ -119,7 +120,11 @@ class _Run:
         self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
         self.lookback = integration.lookback if options.mode == "incremental" else None
         self.stored: Cursor | None = deps.state.cursor(integration.name)  # when the run opened
-        self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops())
+        # a full resync and a backfill re-send what they read whole, and refresh the record
+        self.differ = Differ(integration.name, deps.state, refresh=options.mode != "incremental"
+                             ) if self.kind.diffs(integration) else None
+        self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops(),
+                             self.differ)
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
         self.run_id = ""
@@ -175,9 +180,14 @@ class _Run:
                         continue
                     entry = skipper.settled(rows.cursor(k)) if skipper else None
                     if entry is not None:  # settled by an earlier attempt: not sent again
+                        if isinstance(outcome, Item) and self.differ is not None:
+                            self.differ.release((outcome,))  # never pending: not sent
                         if entry.req_no in opened.crashed and isinstance(outcome, Item):
                             crashed.append(_crash_error(rows.cursor(k), outcome.key))
                         cutter.skip(entry.start, tuple(entry.end))
+                        continue
+                    if outcome is UNCHANGED:  # the diff: nothing to send, pass it
+                        cutter.passed(rows, k)
                         continue
                     counts["read"] += 1
                     if isinstance(outcome, Item):
@@ -188,6 +198,8 @@ class _Run:
                 if crashed:  # name the rows of requests in flight at a crash, once known
                     self.deps.state.record_errors(self.run_id, self.i.name, "in_doubt",
                                                   crashed)
+                if self.differ is not None:
+                    self.deps.state.add_diff_counts(self.run_id, *self.differ.take_counts())
             cutter.finish()
             loop.drain()
         except SyncError:
@@ -220,6 +232,7 @@ class _Run:
             bulk=mode != "incremental",
             may_move_cursor=lambda position: may_move_cursor(mode, stored, position),
             counts=self.counts, report=self.report,
+            on_settled=None if self.differ is None else self.differ.release,
         ), progress)
 
     # opening -------------------------------------------------------------------------------
@@ -281,12 +294,18 @@ class DryRun:
     requests: int = 0
     rejects: list[tuple[str, str]] = field(default_factory=list)
     sample: list[bytes] = field(default_factory=list)
+    unchanged: int = 0
+    points: int = 0
+    saved: int = 0
 
     def summary(self, integration: str) -> dict[str, Any]:
-        """What the run would send: counts, the first 100 rejects (keys and reasons) and a
-        sample of objects (for an irreversible kind: every object it would send)."""
+        """What the run would send, after the field-level diff: counts (rows to send, rows
+        unchanged, data points to send and saved), the first 100 rejects (keys and reasons)
+        and a sample of objects (for an irreversible kind: every object it would send)."""
         return {"integration": integration, "dry_run": True, "rows": self.rows,
-                "requests": self.requests, "rejects": [list(r) for r in self.rejects[:100]],
+                "rows_unchanged": self.unchanged, "requests": self.requests,
+                "data_points_sent": self.points, "data_points_saved": self.saved,
+                "rejects": [list(r) for r in self.rejects[:100]],
                 "sample": [b.decode() for b in self.sample]}
 
 
@@ -307,10 +326,13 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
             if not isinstance(outcome, Item):
                 result.rejects.append(outcome)
                 continue
+            result.points += outcome.points
             if len(result.sample) < sample_size:
                 result.sample.append(outcome.blob)
             if packer.add(outcome) is not None:
                 result.requests += 1
         if packer.flush() is not None:
             result.requests += 1
+        if run.differ is not None:
+            result.unchanged, result.saved = run.differ.take_counts()
     return result

@@ -6,7 +6,10 @@ Invariants:
   (key, reason) reject, or None for a row dropped because it needs no sending (lookback: the
   same content was acknowledged before; backfill of events: an incremental run sent it or will);
 - the rejects of a batch are handed to `on_rejects` (to be made durable) before the batch is
-  yielded, so the cursor can never pass a reject that is not recorded.
+  yielded, so the cursor can never pass a reject that is not recorded;
+- with a `Differ` (field-level diff), the items left after the drops are reduced to what
+  changed, and rows with nothing changed become UNCHANGED (passed: nothing to send, but the
+  cursor moves over them), before the batch is yielded.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from engage_sync.config import Integration
+from engage_sync.diffing import Differ, Unchanged
 from engage_sync.extract import SourceSpec, stream_batches
 from engage_sync.items import Item
 from engage_sync.kinds import Kind
@@ -25,7 +29,7 @@ from engage_sync.progress import REJECTED, Cursor, Ranges, digest, encode_cursor
 from engage_sync.state import StateStore
 from engage_sync.window import Window
 
-Outcome = Item | tuple[str, str] | None
+Outcome = Item | tuple[str, str] | Unchanged | None
 Rejects = list[tuple[str, str, str]]  # (position, row key, reason)
 
 
@@ -85,10 +89,11 @@ class Reader:
     """Reads one integration's window as `RowBatch`es in source order."""
 
     def __init__(self, integration: Integration, kind: Kind, engine: Engine,
-                 state: StateStore, drops: Drops) -> None:
+                 state: StateStore, drops: Drops, differ: Differ | None = None) -> None:
         self.i, self.kind, self.engine, self.state = integration, kind, engine, state
         self.spec = source_spec(integration, kind)
         self.drops = drops
+        self.differ = differ
 
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
@@ -108,13 +113,15 @@ class Reader:
                 self._drop_sent(rows)
             if on_rejects is not None and result.rejects:
                 self._record_rejects(rows, on_rejects)
+            if self.differ is not None:
+                self.differ.apply(rows.outcomes)
             yield rows
             seq += batch.num_rows
 
     def outcomes(self, window: Window) -> Iterator[Item | tuple[str, str]]:
-        """Every outcome of the window in source order, dropped rows left out."""
+        """Every outcome of the window in source order, dropped and unchanged rows left out."""
         for rows in self.batches(window):
-            yield from (o for o in rows.outcomes if o is not None)
+            yield from (o for o in rows.outcomes if o is not None and not isinstance(o, Unchanged))
 
     def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None]) -> None:
         rejects = [(k, o) for k, o in enumerate(rows.outcomes) if isinstance(o, tuple)]
@@ -141,11 +148,11 @@ class Reader:
         if not old:
             return
         keys = [o.key if isinstance(o, Item) else o[0] for o in (outcomes[k] for k in old)
-                if o is not None]
+                if isinstance(o, Item | tuple)]
         known = self.state.acked(self.i.name, keys)
         for k in old:
             o = outcomes[k]
-            if o is None:
+            if not isinstance(o, Item | tuple):  # dropped (the diff runs after the drops)
                 continue
             key, mark = (o.key, digest(o.blob)) if isinstance(o, Item) else (o[0], REJECTED)
             if (key, stamp(cursors[k][0]), mark) in known:

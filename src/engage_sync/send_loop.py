@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
-from engage_sync.items import users_of
+from engage_sync.items import Item, users_of
 from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
 from engage_sync.state import JournalEntry, Settlement, StateStore
@@ -36,12 +36,14 @@ GROUP = 32
 
 @dataclass
 class Outgoing(Segment):
-    """A segment that is one request: its journal entry, its batch and, with lookback, the
-    cursor stamp of each item (what the ack records)."""
+    """A segment that is one request: its journal entry, its batch, with lookback the cursor
+    stamp of each item (what the ack records) and, once answered, the items the service
+    acknowledged (whose field digests and data points are recorded)."""
 
     entry: JournalEntry | None = None
     batch: Batch | None = None
     stamps: tuple[str, ...] = ()
+    acked: tuple[Item, ...] = ()
 
 
 def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
@@ -74,6 +76,7 @@ class RunContext:
     may_move_cursor: Callable[[Cursor], bool]
     counts: dict[str, int]
     report: Callable[[], None]
+    on_settled: Callable[[Sequence[Item]], None] | None = None
 
 
 class SendLoop:
@@ -184,10 +187,14 @@ class SendLoop:
         acked = [(item.key, st, digest(item.blob))
                  for segment, _ in self.unsaved if segment.batch is not None
                  for item, st in zip(segment.batch.items, segment.stamps, strict=False)]
+        delivered = [item for segment, _ in self.unsaved for item in segment.acked]
         self.ctx.state.settle(
             self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
-            acked_rows=acked)
+            acked_rows=acked, acked_fields=[(i.user, i.fields) for i in delivered if i.fields],
+            points=sum(i.points for i in delivered))
+        if self.ctx.on_settled is not None:
+            self.ctx.on_settled([i for s, _ in self.unsaved if s.batch for i in s.batch.items])
         self.unsaved = []
         self.ctx.report()
 
@@ -217,6 +224,7 @@ class SendLoop:
                       for k, reason in sorted(outcome.item_errors.items())]
             counts["synced"] += len(items) - len(failed)
             counts["failed"] += len(failed)
+            segment.acked = tuple(i for k, i in enumerate(items) if k not in outcome.item_errors)
             return Settlement(req_no, "acked", len(items) - len(failed), failed=failed)
         if outcome.kind == "in_doubt":
             counts["in_doubt"] += len(items)

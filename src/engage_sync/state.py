@@ -26,10 +26,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from engage_sync import field_record
 from engage_sync.progress import decode_cursor, encode_cursor
 from engage_sync.state_schema import (
     SETTLED,
     acks,
+    add_missing_columns,
     cursors,
     journal,
     metadata,
@@ -104,6 +106,8 @@ class StateStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         metadata.create_all(engine)
+        with engine.begin() as conn:
+            add_missing_columns(conn)
 
     @classmethod
     def from_url(cls, url: str) -> StateStore:
@@ -249,10 +253,18 @@ class StateStore:
         progress: Sequence[Any] | None = None,
         move_cursor: bool = True,
         acked_rows: Sequence[tuple[str, str, str]] = (),
+        acked_fields: Sequence[tuple[str, bytes]] = (),
+        points: int = 0,
     ) -> None:
-        """Settle journal entries, record their failed / in-doubt rows and, if given, move the
-        run's progress and the integration cursor, all in one transaction."""
+        """Settle journal entries, record their failed / in-doubt rows, the field digests and
+        data points of the objects the service acknowledged (`acked_fields`: (user, encoded
+        delta), `points`) and, if given, move the run's progress and the integration cursor,
+        all in one transaction."""
         with self.engine.begin() as conn:
+            field_record.merge(conn, integration, acked_fields)
+            if points:
+                conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+                    data_points_sent=runs.c.data_points_sent + points))
             if settlements:
                 assert all(s.state in SETTLED for s in settlements)
                 conn.execute(
@@ -271,6 +283,27 @@ class StateStore:
             self._insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 self._advance(conn, run_id, integration, progress, move_cursor)
+
+    # the field record --------------------------------------------------------------------
+    def field_digests(self, integration: str, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """user key → the digests the service acknowledged (`field_diff.decode`)."""
+        with self.engine.connect() as conn:
+            return field_record.lookup(conn, integration, keys)
+
+    def forget_fields(self, integration: str) -> int:
+        """Forget what the service acknowledged for this integration: its next run sends
+        every attribute. Returns the number of users forgotten."""
+        with self.engine.begin() as conn:
+            return field_record.forget(conn, integration)
+
+    def add_diff_counts(self, run_id: str, unchanged: int, saved: int) -> None:
+        """Add rows the diff left unsent and the data points it saved to the run's record."""
+        if not unchanged and not saved:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+                rows_unchanged=runs.c.rows_unchanged + unchanged,
+                data_points_saved=runs.c.data_points_saved + saved))
 
     # lookback acks ---------------------------------------------------------------------------
     def _insert_acks(self, conn: Connection, integration: str,

@@ -3,7 +3,8 @@
 `engage_cursors` one row per integration; `engage_runs` one row per run (its window, progress
 and totals); `engage_journal` one row per request (or per merged stretch of acknowledged
 requests after compaction); `engage_row_errors` rejected, failed and in-doubt rows (keys and
-reasons, never payload values); `engage_acks` what lookback remembers.
+reasons, never payload values); `engage_acks` what lookback remembers; `engage_fields` what
+the field-level diff remembers (digests, never values).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ runs = sa.Table(
     sa.Column("rows_rejected", sa.Integer, nullable=False, default=0),
     sa.Column("rows_in_doubt", sa.Integer, nullable=False, default=0),
     sa.Column("requests_sent", sa.Integer, nullable=False, default=0),
+    sa.Column("rows_unchanged", sa.BigInteger, nullable=False, default=0, server_default="0"),
+    sa.Column("data_points_sent", sa.BigInteger, nullable=False, default=0,
+              server_default="0"),
+    sa.Column("data_points_saved", sa.BigInteger, nullable=False, default=0,
+              server_default="0"),
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
     sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
@@ -89,7 +95,32 @@ acks = sa.Table(
 """Rows that ended (sent, rejected, failed or in doubt) inside an integration's lookback
 period: (row key, cursor value, content digest). Kept only for integrations with `lookback`."""
 
+fields = sa.Table(
+    "engage_fields",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("user_key", sa.LargeBinary(16), primary_key=True),
+    sa.Column("digests", sa.LargeBinary, nullable=False),
+    sqlite_with_rowid=False,  # one B-tree, not a table and its key's index: half the writes
+)
+"""Per (integration, user): the digest of each attribute value the service acknowledged
+(`field_diff.encode`: 12 bytes per attribute). `user_key` is a 128-bit hash of the user
+reference, so neither values nor identifiers are copied here."""
+
+ADDED_COLUMNS = ("rows_unchanged", "data_points_sent", "data_points_saved")
+"""Columns of `engage_runs` added after its first release: `add_missing_columns` adds them to
+a database made before."""
+
 SETTLED = ("acked", "failed", "in_doubt")
+
+
+def add_missing_columns(conn: Connection) -> None:
+    """Add the columns of `ADDED_COLUMNS` that an older `engage_runs` lacks (default 0)."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns(runs.name)}
+    for name in ADDED_COLUMNS:
+        if name not in have:
+            conn.execute(sa.text(
+                f"ALTER TABLE {runs.name} ADD COLUMN {name} BIGINT NOT NULL DEFAULT 0"))
 
 
 def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],

@@ -1,11 +1,14 @@
 """Sync status records in the shape of the service's `job_sync_status` output, and their pages.
 
-A record holds exactly the service's fields (job_status, sync_start_time, sync_finish_time,
-last_timestamp_synced, rows_synced, rows_failed_with_errors) plus engage-sync's own counts
-(rows_read, rows_rejected, rows_in_doubt, mode, run_id, message). Pages hold 10 records, newest
-first; the cursor is the run sequence number of the first record of a page, base64-encoded, so
-pages stay stable while new runs are added. Reads the state tables directly (the status part may
-use SQLAlchemy); never decides control flow.
+A record holds the service's fields (job_status, sync_start_time, sync_finish_time,
+last_timestamp_synced, rows_synced, rows_failed_with_errors) and the billed data points
+(data_points_sent: those of the objects the service acknowledged; data_points_saved: those the
+field-level diff left out; additive keys, so a reader of the service's records still reads
+ours), plus, when extended, engage-sync's own counts (rows_read, rows_rejected, rows_in_doubt,
+rows_unchanged: read and not sent because nothing in them changed, mode, run_id, message).
+Pages hold 10 records, newest first; the cursor is the run sequence number of the first record
+of a page, base64-encoded, so pages stay stable while new runs are added. Reads the state
+tables directly (the status part may use SQLAlchemy); never decides control flow.
 """
 
 from __future__ import annotations
@@ -78,11 +81,15 @@ def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
         "last_timestamp_synced": run["last_timestamp_synced"],
         "rows_synced": int(run["rows_synced"]),
         "rows_failed_with_errors": failed,
+        # billed data points: what the service bills for this run, and what the diff saved
+        "data_points_sent": int(run.get("data_points_sent") or 0),
+        "data_points_saved": int(run.get("data_points_saved") or 0),
     }
     if extended:
         rec["rows_read"] = (int(run["rows_synced"]) + failed + int(run["rows_in_doubt"]))
         rec["rows_rejected"] = int(run["rows_rejected"])
         rec["rows_in_doubt"] = int(run["rows_in_doubt"])
+        rec["rows_unchanged"] = int(run.get("rows_unchanged") or 0)
         rec["mode"] = run["mode"]
         rec["run_id"] = run["run_id"]
         if run.get("message"):

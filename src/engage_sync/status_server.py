@@ -5,7 +5,7 @@ state database, so tools written for the service's endpoint work against engage-
 (spec: "GET /cdi/integrations/{integration_id}/job_sync_status" and "Errors" item 3):
 
 - 200 `{"results": [...], "message": "success"}`, 10 records a page, newest first, each record
-  holding exactly the service's six fields;
+  holding the service's six fields and the run's billed data points (sent, saved);
 - `Link: <url?cursor=…>; rel="prev", <url?cursor=…>; rel="next"`, absent when the integration
   has 10 or fewer records, no `prev` on a call without cursor, no `next` on the last page;
 - 400 `{"message": "Invalid cursor"}` and 400 `{"message": "Invalid integration ID"}` (an id

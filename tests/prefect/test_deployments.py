@@ -60,6 +60,10 @@ def test_a_served_deployment_triggered_with_parameters_runs_and_records_status(
     status = arts["sync-status-users"][0]
     assert (status["job_status"], status["rows_synced"], status["mode"]) == (
         "partial", USERS, "full_resync")
+    counted = httpx.get(f"{served.sandbox.control_url}/counters").json()
+    billed = sum(counted["data_points_by_key"]["attributes"].values())
+    assert status["data_points_sent"] == billed == 2 * USERS  # plan and n per user
+    assert status["data_points_saved"] == 0  # a full resync sends every field
     assert arts["sync-rejects-users"] == [
         {"kind": "rejected", "row_key": "u-bad", "reason": "PAYLOAD is not valid JSON"}]
 

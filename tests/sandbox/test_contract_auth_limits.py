@@ -271,7 +271,10 @@ def test_lean_counts_without_store(lean: SandboxHandle) -> None:
     counters = httpx.get(lean.control_url + "/counters").json()
     assert counters == {"requests": {"/users/track": 1}, "events": 2, "purchases": 1,
                         "events_by_user": {"u1": {"played": 2}}, "attributes_processed": 1,
-                        "data_points": 5, "skipped_update_existing_only": 0}
+                        "data_points": 5, "skipped_update_existing_only": 0,
+                        "data_points_by_key": {"attributes": {"x": 1, "y": 1},
+                                               "events": {"played": 2},
+                                               "purchases": {"p": 1}}}
     assert httpx.get(lean.control_url + "/profiles").json() == {"profiles": []}
     assert "body" not in httpx.get(lean.control_url + "/requests").json()["requests"][0]
 

@@ -87,6 +87,9 @@ def test_counters(client: httpx.Client, control: httpx.Client) -> None:
         "requests": {"/users/track": 1}, "events": 4, "purchases": 1,
         "events_by_user": {"u1": {"played": 2, "other": 1}, "alias:l:n": {"x": 1}},
         "attributes_processed": 2, "data_points": 3 + 4 + 1,
+        "data_points_by_key": {"attributes": {"a": 1, "b": 1, "c": 1},
+                               "events": {"played": 2, "other": 1, "x": 1},
+                               "purchases": {"p": 1}},
         "skipped_update_existing_only": 0}
 
 

@@ -75,6 +75,10 @@ def test_valid_payloads_are_accepted_and_counted(
     assert counters["attributes_processed"] == len(attributes)
     assert counters["data_points"] == (
         sum(len(a) - 1 for a in attributes) + len(events) + len(purchases))
+    by_key = counters["data_points_by_key"]
+    assert sum(n for keys in by_key.values() for n in keys.values()) == counters["data_points"]
+    for name in {k for a in attributes for k in a} - {"external_id"}:
+        assert by_key["attributes"][name] == sum(name in a for a in attributes)
     by_user: dict[str, dict[str, int]] = {}
     for event in events:
         names = by_user.setdefault(event["external_id"], {})

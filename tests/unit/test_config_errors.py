@@ -45,6 +45,7 @@ BAD_FILES = {
     "key pasted as service.api_key": f"service: {{api_key: {KEY}}}",
     "key as a duration": f"settle_lag: {KEY}",
     "key as an in_doubt policy": f"in_doubt: {KEY}",
+    "key as a diff setting": f"diff: {KEY}",
     "key as a number": f"extract_batch_rows: {KEY}",
     "key as a bool": f"update_existing_only: {KEY}",
     "key in a list": f"row_key: {{a: {KEY}}}",
@@ -96,3 +97,13 @@ def test_good_variable_names_are_taken(tmp_path: Path, name: str) -> None:
     assert secrets.api_key("users", name, env={name: "k"}) == "k"
     with pytest.raises(ConfigError, match=f"export {name}=<your REST API key>"):
         secrets.api_key("users", name, env={})
+
+
+def test_diff_is_fields_by_default_and_off_or_fields_only(tmp_path: Path) -> None:
+    path = tmp_path / "users.yaml"
+    path.write_text("kind: attributes\nsource: {table: U}\n")
+    assert load_integration(path).diff == "fields"
+    path.write_text("kind: attributes\nsource: {table: U}\ndiff: off\n")  # YAML: false
+    assert load_integration(path).diff == "off"
+    error = str(_refused(tmp_path, "kind: attributes\nsource: {table: U}\ndiff: yes\n"))
+    assert "key 'diff'" in error and "'fields' or 'off'" in error

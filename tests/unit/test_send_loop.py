@@ -35,7 +35,7 @@ class FakeState:
 
     def settle(self, run_id: str, integration: str, settlements: list[Settlement],
                progress: Cursor | None = None, move_cursor: bool = True,
-               acked_rows: Any = ()) -> None:
+               acked_rows: Any = (), acked_fields: Any = (), points: int = 0) -> None:
         with self.lock:
             self.settled += [(s.state, s.req_no) for s in settlements]
             if progress is not None:

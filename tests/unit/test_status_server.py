@@ -28,7 +28,7 @@ from engage_sync.wiring import open_state
 
 TOKEN = "test-token-0123456789abcdef"
 SIX = {"job_status", "sync_start_time", "sync_finish_time", "last_timestamp_synced",
-       "rows_synced", "rows_failed_with_errors"}
+       "rows_synced", "rows_failed_with_errors", "data_points_sent", "data_points_saved"}
 LINK = re.compile(r'<([^>]+)>; rel="(prev|next)"')
 
 

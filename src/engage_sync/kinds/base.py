@@ -39,6 +39,9 @@ class Kind:
         dry run lists every object it would send, not a sample.
     group_commits: journal and settle its requests in groups (the high-volume idempotent kind):
         after a crash, a request journaled but unsent is sent again at no cost but billing.
+    diffable: its objects are an identifier and attributes the service keeps (attributes), so
+        an integration's `diff: fields` sends only the attributes that changed
+        (`field_diff`); every other kind is sent as read.
     """
 
     name: str
@@ -51,6 +54,7 @@ class Kind:
     section: str | None = None
     irreversible: bool = False
     group_commits: bool = False
+    diffable: bool = False
 
     def rate_group(self, integration: Integration) -> str:
         """The rate-limit group its requests draw from."""
@@ -61,3 +65,7 @@ class Kind:
         unknown is sent again when the kind is idempotent or the integration says `resend`;
         otherwise (`skip`) it is counted in doubt and not sent again."""
         return self.idempotent or integration.in_doubt == "resend"
+
+    def diffs(self, integration: Integration) -> bool:
+        """Whether runs of this integration send only the attributes that changed."""
+        return self.diffable and integration.diff == "fields"

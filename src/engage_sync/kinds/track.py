@@ -62,7 +62,7 @@ def _track(_: Integration) -> str:
 
 ATTRIBUTES = Kind(name="attributes", rank=40, idempotent=True, columns=attribute_columns,
                   transform=transform_batch, packer=packer, endpoint=_track,
-                  group_commits=True)
+                  group_commits=True, diffable=True)
 EVENTS = Kind(name="events", rank=50, idempotent=False, columns=event_columns,
               transform=transform_batch, packer=packer, endpoint=_track)
 PURCHASES = Kind(name="purchases", rank=60, idempotent=False, columns=purchase_columns,

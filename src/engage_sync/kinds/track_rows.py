@@ -124,7 +124,12 @@ class Sink:
         if len(blob) > self.limit:
             self.reject(i, v.check_blob_size(len(blob), self.max_body_bytes) or "too large")
             return
-        self.items.append(Item(self.first_seq + i, self.keys[i], user, self.array, blob))
+        # billed data points: an event or a purchase is one; an attributes object, each key
+        # but its identifier and the update flag
+        points = 1 if self.array != "attributes" else len(obj) - (
+            2 if "_update_existing_only" in obj else 1)
+        self.items.append(Item(self.first_seq + i, self.keys[i], user, self.array, blob,
+                               (), points))
 
     def result(self) -> TransformResult:
         return TransformResult(self.items, self.rejects)

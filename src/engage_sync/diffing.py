@@ -1,0 +1,93 @@
+"""A run's field-level diff: each extracted batch's attribute items reduced to what changed.
+
+Invariants:
+- one record lookup per batch (`StateStore.field_digests`, chunked), made before any item of
+  the batch is diffed, so a batch is diffed against one consistent view;
+- an item is diffed against what the service will hold once everything already handed to the
+  send loop is acknowledged: the stored record, overridden by the expectation of the items of
+  this run not yet settled for the same user (`pending`). So a value changed by one row and
+  changed back by a later row is sent both times;
+- `pending` holds only users with items read and not yet settled (`release`): it is bounded by
+  the send loop's window and one batch, not by the rows of a run;
+- the record itself is written only at settlement (`Item.fields`, `state.settle`), for the
+  objects the service acknowledged; an item that failed or is in doubt records nothing, and a
+  later row of the same run may have been reduced against it: such fields are sent again the
+  next time the row is read (its `UPDATED_AT` moves, a lookback, a full resync).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+
+from engage_sync.field_diff import Digests, decode, diff, encode, identifier_of, merged, user_key
+from engage_sync.field_record import FRESH, MERGE
+from engage_sync.items import Item
+from engage_sync.state import StateStore
+
+
+class Unchanged:
+    """The outcome of a row the diff found unchanged: nothing to send, but the row is passed
+    (the cursor moves over it)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+
+
+class Differ:
+    """Diffs the items of one run's batches and counts what it saved.
+
+    refresh: a full resync sends every attribute and records them all."""
+
+    def __init__(self, integration: str, state: StateStore, refresh: bool = False) -> None:
+        self.integration, self.state, self.refresh = integration, state, refresh
+        self.pending: dict[str, tuple[int, Digests]] = {}  # by user reference
+        self.unchanged = 0
+        self.saved = 0
+
+    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
+        """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
+        send), a changed one carries only its changed attributes; each keeps the digests to
+        record."""
+        at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
+        users = [outcomes[k].user for k in at]  # type: ignore[union-attr]
+        stored = {} if self.refresh else self.state.field_digests(
+            self.integration, [user_key(u) for u in users if u not in self.pending])
+        for k, user in zip(at, users, strict=True):
+            item = outcomes[k]
+            assert isinstance(item, Item)
+            held = self.pending.get(user)
+            blob = stored.get(user_key(user)) if stored and held is None else None
+            last = held[1] if held else (decode(blob) if blob is not None else None)
+            change = diff(orjson.loads(item.blob), identifier_of(item.user), last, self.refresh)
+            self.saved += change.saved
+            if change.obj is None:
+                self.unchanged += 1
+                outcomes[k] = UNCHANGED
+                continue
+            sent = item.blob if change.whole else orjson.dumps(change.obj)
+            fresh = FRESH if last is None and not self.refresh else MERGE
+            outcomes[k] = Item(item.seq, item.key, item.user, item.array, sent, item.group,
+                               change.sent, fresh + encode(change.delta))
+            self.pending[user] = ((held[0] if held else 0) + 1, merged(last, change.delta))
+
+    def release(self, items: Iterable[Item]) -> None:
+        """These items settled (acknowledged, failed or in doubt): no longer pending."""
+        for item in items:
+            held = self.pending.get(item.user)
+            if held is None:
+                continue
+            if held[0] <= 1:
+                del self.pending[item.user]
+            else:
+                self.pending[item.user] = (held[0] - 1, held[1])
+
+    def take_counts(self) -> tuple[int, int]:
+        """(rows unchanged, data points saved) since the last call."""
+        counts = (self.unchanged, self.saved)
+        self.unchanged = self.saved = 0
+        return counts

@@ -1,0 +1,136 @@
+"""Field-level diff of attribute objects against the digests the service last acknowledged. Pure.
+
+What is remembered per (user, attribute) is a digest, never the value: an attribute's *slot* is
+the low 32 bits of a 64-bit hash of its name, and its *digest* is a 64-bit hash of the value's
+canonical JSON (sorted keys) seeded with the name's hash. A user's record is a map slot →
+digest, stored as one compact blob (`encode`, 12 bytes per attribute).
+
+Invariants (property-tested):
+- the identifier key and `_update_existing_only` are kept in every object sent and are never
+  diffed or billed; every other key is an attribute, billed once per object sent;
+- with no record for the user (never sent, or forgotten) or when refreshing (a full resync),
+  the object is sent whole and every attribute is recorded;
+- otherwise only the attributes whose digest differs from the record (or that the record does
+  not hold) are sent; an object none of whose attributes changed is not sent at all;
+- NULL is a value like any other: a value that becomes NULL is sent (as JSON null, which the
+  service treats as a removal) once, then matches the record while it stays NULL;
+- two names that share a slot overwrite each other's entry; since a digest is seeded with the
+  whole name, that can only make an attribute be sent again, never be skipped wrongly.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import orjson
+import xxhash
+
+Digests = dict[int, int]
+"""One user's record: attribute slot → value digest."""
+
+UPDATE_FLAG = "_update_existing_only"
+_SORT = orjson.OPT_SORT_KEYS
+
+
+@lru_cache(maxsize=4096)
+def name_seed(name: str) -> int:
+    """The 64-bit hash of an attribute name: its slot (low 32 bits) and its digests' seed."""
+    return xxhash.xxh3_64_intdigest(name.encode("utf-8"))
+
+
+def slot_of(name: str) -> int:
+    return name_seed(name) & 0xFFFFFFFF
+
+
+def value_digest(name: str, value: Any) -> int:
+    """The digest of one attribute's value: canonical JSON, hashed with the name as seed."""
+    return xxhash.xxh3_64_intdigest(orjson.dumps(value, option=_SORT), name_seed(name))
+
+
+def user_key(user: str) -> bytes:
+    """The record's key of a user reference (`Item.user`): 16 bytes of a 128-bit hash, so the
+    state database holds no identifier either."""
+    return xxhash.xxh3_128_digest(user.encode("utf-8"))
+
+
+def identifier_of(user: str) -> str:
+    """The identifier field of an attributes object, from its user reference ("kind:value")."""
+    return user.split(":", 1)[0]
+
+
+def _layout(n: int) -> struct.Struct:
+    layout = _LAYOUTS.get(n)
+    if layout is None:
+        layout = _LAYOUTS[n] = struct.Struct(f"<{n}I{n}Q")
+    return layout
+
+
+_LAYOUTS: dict[int, struct.Struct] = {}
+
+
+def encode(digests: Digests) -> bytes:
+    """slot → digest as bytes: every slot (4 bytes each), then every digest (8 bytes each),
+    little-endian."""
+    return _layout(len(digests)).pack(*digests.keys(), *digests.values())
+
+
+def decode(blob: bytes) -> Digests:
+    """The inverse of `encode`; raises ValueError on a blob `encode` cannot have made."""
+    n, rest = divmod(len(blob), 12)
+    if rest:
+        raise ValueError(f"a field record of {len(blob)} bytes is not a multiple of 12")
+    values = _layout(n).unpack(blob)
+    return dict(zip(values[:n], values[n:], strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """The diff of one object.
+
+    obj: what to send (None: nothing changed); `whole` when it is the object as given.
+    delta: the digests to record once the service acknowledged `obj`.
+    sent, saved: billed data points in `obj`, and those the diff left out.
+    """
+
+    obj: dict[str, Any] | None
+    whole: bool
+    delta: Digests
+    sent: int
+    saved: int
+
+
+def diff(obj: dict[str, Any], identifier: str, last: Digests | None,
+         refresh: bool = False) -> Change:
+    """Reduce `obj` to its identifier, its update flag and the attributes whose digest is not
+    the one in `last` (see the module's invariants)."""
+    delta: Digests = {}
+    reduced: dict[str, Any] = {}
+    attributes = 0
+    for name, value in obj.items():
+        if name in (identifier, UPDATE_FLAG):
+            reduced[name] = value
+            continue
+        attributes += 1
+        seed = name_seed(name)
+        digest = xxhash.xxh3_64_intdigest(orjson.dumps(value, option=_SORT), seed)
+        slot = seed & 0xFFFFFFFF
+        if last is None or refresh or last.get(slot) != digest:
+            delta[slot] = digest
+            reduced[name] = value
+    if last is None or refresh:
+        return Change(obj, True, delta, attributes, 0)
+    if not delta:
+        return Change(None, False, delta, 0, attributes)
+    return Change(reduced, len(delta) == attributes, delta, len(delta), attributes - len(delta))
+
+
+def merged(last: Digests | None, delta: Digests) -> Digests:
+    """The record after `delta` was acknowledged on top of `last`."""
+    if not last:
+        return dict(delta)
+    out = dict(last)
+    out.update(delta)
+    return out
