@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.errors import SourceError
+from engage_sync.nulls import NULL_KEY
 from engage_sync.progress import Cursor
 from engage_sync.window import Window
 
@@ -111,6 +112,8 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
 
     order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
     query = sa.select(*(col(c).label(c) for c in spec.columns)).select_from(src)
+    # NULL keys sort first, as NULL_KEY does in Python (nulls.py)
+    sort = [order[0], *(o.nulls_first() for o in order[1:])]
     if window.start is not None:
         query = query.where(_after(order, window.start))
     if window.signpost is not None:
@@ -119,16 +122,29 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
         query = query.where(order[0] >= window.floor)
     if window.before is not None:
         query = query.where(order[0] < window.before)
-    return query.order_by(*order)
+    return query.order_by(*sort)
+
+
+def _gt(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
+    """column > value, where NULL (NULL_KEY, or None in a cursor stored by an older version)
+    sorts before every value."""
+    if value is NULL_KEY or value is None:
+        return column.is_not(None)
+    return column > value
+
+
+def _eq(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
+    return column.is_(None) if value is NULL_KEY or value is None else column == value
 
 
 def _after(order: Sequence[sa.ColumnElement[Any]], start: Cursor) -> sa.ColumnElement[bool]:
-    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...))."""
+    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...)), NULL keys
+    first (`nulls`)."""
     if len(order) != len(start):
         raise ValueError("cursor and order columns differ in length")
-    clause: sa.ColumnElement[bool] = order[-1] > start[-1]
+    clause: sa.ColumnElement[bool] = _gt(order[-1], start[-1])
     for column, value in zip(reversed(order[:-1]), reversed(start[:-1]), strict=True):
-        clause = sa.or_(column > value, sa.and_(column == value, clause))
+        clause = sa.or_(_gt(column, value), sa.and_(_eq(column, value), clause))
     return clause
 
 

@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from sqlalchemy.engine import Engine
 
 from engage_sync.config import Integration
 from engage_sync.extract import SourceSpec, stream_batches
 from engage_sync.items import Item
 from engage_sync.kinds import Kind
+from engage_sync.nulls import null_key_reasons, position_value
 from engage_sync.progress import REJECTED, Cursor, Ranges, digest, encode_cursor, stamp
 from engage_sync.state import StateStore
 from engage_sync.window import Window
@@ -41,11 +43,13 @@ class RowBatch:
     def cursor(self, k: int) -> Cursor:
         if self._all is not None:
             return self._all[k]
-        return tuple(column[k].as_py() for column in self.columns)
+        return tuple(position_value(column[k].as_py()) for column in self.columns)
 
     def cursors(self) -> list[Cursor]:
         if self._all is None:
-            self._all = list(zip(*(c.to_pylist() for c in self.columns), strict=True))
+            values = [c.to_pylist() if c.null_count == 0 else
+                      [position_value(v) for v in c.to_pylist()] for c in self.columns]
+            self._all = list(zip(*values, strict=True))
         return self._all
 
 
@@ -92,23 +96,33 @@ class Reader:
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
         seq = 0
-        names = [self.i.cursor_column, *self.i.key_columns]
         for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
-            result = self.kind.transform(self.i, batch, seq)
-            assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
-            rows = RowBatch([batch.column(n) for n in names], batch.num_rows)
-            for item in result.items:
-                rows.outcomes[item.seq - seq] = item
-            for reject in result.rejects:
-                rows.outcomes[reject.seq - seq] = (reject.key, reject.reason)
+            rows = self._transform(batch, seq)
             if self.drops.lookback and self.drops.stored is not None:
                 self._drop_acknowledged(rows)
             if self.drops.sent is not None:
                 self._drop_sent(rows)
-            if on_rejects is not None and result.rejects:
+            if on_rejects is not None:
                 self._record_rejects(rows, on_rejects)
             yield rows
             seq += batch.num_rows
+
+    def _transform(self, batch: pa.RecordBatch, seq: int) -> RowBatch:
+        """One outcome per row: the kind's item or reject; a row with a NULL key is rejected
+        (`nulls`) unless the kind rejected it already."""
+        result = self.kind.transform(self.i, batch, seq)
+        assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
+        names = [self.i.cursor_column, *self.i.key_columns]
+        rows = RowBatch([batch.column(n) for n in names], batch.num_rows)
+        for item in result.items:
+            rows.outcomes[item.seq - seq] = item
+        for reject in result.rejects:
+            rows.outcomes[reject.seq - seq] = (reject.key, reject.reason)
+        for k, reason in null_key_reasons(batch, self.i.key_columns).items():
+            outcome = rows.outcomes[k]
+            if isinstance(outcome, Item):
+                rows.outcomes[k] = (outcome.key, reason)
+        return rows
 
     def outcomes(self, window: Window) -> Iterator[Item | tuple[str, str]]:
         """Every outcome of the window in source order, dropped rows left out."""
@@ -117,6 +131,8 @@ class Reader:
 
     def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None]) -> None:
         rejects = [(k, o) for k, o in enumerate(rows.outcomes) if isinstance(o, tuple)]
+        if not rejects:
+            return
         on_rejects([(encode_cursor(rows.cursor(k)) or "", o[0], o[1]) for k, o in rejects])
         if self.drops.lookback:
             self.state.record_acks(self.i.name, [
