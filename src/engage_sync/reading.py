@@ -23,8 +23,9 @@ from engage_sync.extract import SourceSpec, stream_batches
 from engage_sync.items import Item
 from engage_sync.kinds import Kind
 from engage_sync.nulls import null_key_reasons, position_value
-from engage_sync.progress import REJECTED, Cursor, Ranges, digest, encode_cursor, stamp
+from engage_sync.progress import REJECTED, Cursor, Ranges, digest, stamp
 from engage_sync.state import StateStore
+from engage_sync.ties import Ties, error_position
 from engage_sync.window import Window
 
 Outcome = Item | tuple[str, str] | None
@@ -95,15 +96,14 @@ class Reader:
 
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
-        seq = 0
+        seq, ties = 0, Ties()
         for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
             rows = self._transform(batch, seq)
             if self.drops.lookback and self.drops.stored is not None:
                 self._drop_acknowledged(rows)
             if self.drops.sent is not None:
                 self._drop_sent(rows)
-            if on_rejects is not None:
-                self._record_rejects(rows, on_rejects)
+            self._record_rejects(rows, on_rejects, ties)
             yield rows
             seq += batch.num_rows
 
@@ -129,11 +129,16 @@ class Reader:
         for rows in self.batches(window):
             yield from (o for o in rows.outcomes if o is not None)
 
-    def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None]) -> None:
+    def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None] | None,
+                        ties: Ties) -> None:
+        """Make the batch's rejects durable, each at its own position (`ties`)."""
         rejects = [(k, o) for k, o in enumerate(rows.outcomes) if isinstance(o, tuple)]
-        if not rejects:
+        if not rejects or on_rejects is None:
+            ties.pass_over(rows.cursor, len(rows.outcomes))
             return
-        on_rejects([(encode_cursor(rows.cursor(k)) or "", o[0], o[1]) for k, o in rejects])
+        ordinals = ties.number(rows.cursors())
+        on_rejects([(error_position(rows.cursor(k), ordinals[k]), o[0], o[1])
+                    for k, o in rejects])
         if self.drops.lookback:
             self.state.record_acks(self.i.name, [
                 (o[0], stamp(rows.cursor(k)[0]), REJECTED) for k, o in rejects])
