@@ -256,6 +256,7 @@ class Integration(_Frozen):
     warehouse: Warehouse = Warehouse()
     source: Source
     cursor_column: str = "UPDATED_AT"
+    null_cursor: Literal["skip", "oldest"] = "skip"
     row_key: tuple[str, ...] = ()
     payload: PayloadFormat | None = None
     mapping: MappedFormat | None = None

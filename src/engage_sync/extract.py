@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from engage_sync.errors import SourceError
 from engage_sync.nulls import NULL_KEY
 from engage_sync.progress import Cursor
-from engage_sync.window import Window
+from engage_sync.window import Window, align
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,12 @@ class SourceSpec:
     cursor_column: str
     key_columns: tuple[str, ...]
     columns: tuple[str, ...]
+    null_cursor_oldest: bool = False
+    """Rows with a NULL cursor value are read as if at OLDEST (`null_cursor: oldest`)."""
+
+
+OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
+"""The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
 
 
 def _source(spec: SourceSpec) -> sa.FromClause:
@@ -104,7 +111,10 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
     src = _source(spec)
 
-    def col(name: str) -> sa.ColumnClause[Any]:
+    def col(name: str) -> sa.ColumnElement[Any]:
+        if name == spec.cursor_column and spec.null_cursor_oldest:
+            oldest = align(OLDEST, window.signpost) if window.signpost is not None else OLDEST
+            return sa.func.coalesce(sa.column(resolved[name]), oldest)
         return sa.column(resolved[name])
 
     def ordered(name: str) -> sa.ColumnElement[Any]:
@@ -174,6 +184,22 @@ def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
             inner = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved)
                                 ).order_by(None).subquery("w")
             return int(conn.scalar(sa.select(sa.func.count()).select_from(inner)) or 0)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
+            f"{_first_line(exc)}"
+        ) from exc
+
+
+def count_null_cursors(engine: Engine, spec: SourceSpec) -> int:
+    """How many rows of the source have a NULL cursor value (never in any window)."""
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+            cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
+            query: sa.Select[Any] = (sa.select(sa.func.count()).select_from(_source(spec))
+                                     .where(cursor.is_(None)))
+            return int(conn.scalar(query) or 0)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: counting rows of {_what(spec)} failed: "

@@ -31,6 +31,7 @@ from engage_sync.deliver import Deliverer
 from engage_sync.errors import ConfigError, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
 from engage_sync.items import Item
+from engage_sync.null_cursors import count_skipped
 from engage_sync.progress import (
     Cursor,
     Mode,
@@ -142,6 +143,7 @@ class _Run:
                           self.resend_in_doubt, self.new_window, self._before)
         self.run_id = opened.run_id
         try:
+            count_skipped(self.i, self.deps.engine, self.reader.spec, state, self.run_id)
             self._check_delete_cap(opened.window)
             self._stream(opened)
         except SyncError as exc:

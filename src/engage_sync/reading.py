@@ -65,6 +65,7 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         cursor_column=integration.cursor_column,
         key_columns=integration.key_columns,
         columns=tuple(dict.fromkeys(cols)),
+        null_cursor_oldest=integration.null_cursor == "oldest",
     )
 
 

@@ -30,6 +30,7 @@ from engage_sync.progress import decode_cursor, encode_cursor
 from engage_sync.state_schema import (
     SETTLED,
     acks,
+    add_missing_columns,
     cursors,
     journal,
     metadata,
@@ -104,6 +105,7 @@ class StateStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         metadata.create_all(engine)
+        add_missing_columns(engine)
 
     @classmethod
     def from_url(cls, url: str) -> StateStore:
@@ -401,6 +403,12 @@ class StateStore:
             return conn.execute(row_errors.delete().where(
                 row_errors.c.recorded_at < older_than,
                 row_errors.c.run_id.not_in(running))).rowcount
+
+    def set_run_count(self, run_id: str, column: str, value: int) -> None:
+        """Set one of a run's own counts that the journal does not hold (e.g.
+        `rows_skipped_null_cursor`)."""
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values({column: value}))
 
     def set_message(self, run_id: str, message: str) -> None:
         """Say why on a finished run's record (an alert), leaving its times and counts."""

@@ -46,6 +46,8 @@ runs = sa.Table(
     sa.Column("rows_rejected", sa.Integer, nullable=False, default=0),
     sa.Column("rows_in_doubt", sa.Integer, nullable=False, default=0),
     sa.Column("requests_sent", sa.Integer, nullable=False, default=0),
+    # added after the first release: `add_missing_columns` adds them to older databases
+    sa.Column("rows_skipped_null_cursor", sa.Integer, nullable=False, server_default="0"),
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
     sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
@@ -116,6 +118,27 @@ def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
         elif conn.scalar(sa.select(sa.func.count()).select_from(table).where(*match)):
             continue
         conn.execute(table.insert().values(**value))
+
+
+def add_missing_columns(engine: sa.Engine) -> list[str]:
+    """Add the columns this version declares that an older state database lacks (each has a
+    server default, so existing rows stay valid). Returns "table.column" of each added."""
+    inspector = sa.inspect(engine)
+    added: list[str] = []
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                assert column.server_default is not None, f"{table.name}.{column.name}"
+                kind = column.type.compile(dialect=conn.dialect)
+                default = column.server_default.arg  # type: ignore[attr-defined]
+                conn.exec_driver_sql(
+                    f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind} '
+                    f"NOT NULL DEFAULT {default}")
+                added.append(f"{table.name}.{column.name}")
+    return added
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
