@@ -29,7 +29,8 @@ log = logging.getLogger("engage_sync.resume")
 @dataclass
 class Opened:
     """A run ready to stream: its id, window, the journal entries an earlier attempt settled,
-    and (skip policy) the numbers of the requests in flight at the crash."""
+    and (skip policy) the numbers of the requests in flight at the crash whose rows are still
+    to be named (journaled without their keys)."""
 
     run_id: str
     window: Window
@@ -58,8 +59,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     if resend_in_doubt:
         state.drop_pending(run_id)
     else:  # at most once: what was in flight at the crash is in doubt, not re-sent
-        crashed = {e.req_no for e in state.journal_entries(run_id) if e.state == "pending"}
-        state.mark_pending_in_doubt(run_id)
+        crashed = state.mark_pending_in_doubt(run_id, name)
     signpost = decode_cursor(resumed["signpost"])
     floor = decode_cursor(resumed["floor"])
     window = Window(start=decode_cursor(resumed["progress"]),

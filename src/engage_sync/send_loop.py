@@ -27,7 +27,7 @@ from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.items import users_of
 from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
-from engage_sync.state import JournalEntry, Settlement, StateStore
+from engage_sync.state import JournalEntry, Settlement, StateStore, request_position
 
 log = logging.getLogger("engage_sync.send_loop")
 
@@ -101,7 +101,9 @@ class SendLoop:
         assert segment.batch is not None
         if self.stopped is not None:
             raise self.stopped
-        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
+        items = segment.batch.items
+        keys = tuple(i.key for i in items) if self.group == 1 else None  # exact journal
+        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(items), keys=keys)
         self.progress.add(segment)
         self.queue.append(segment)
         if len(self.queue) >= self.group:
@@ -198,7 +200,7 @@ class SendLoop:
         def rows(reason: str, errors: dict[int, str] | None = None
                  ) -> list[tuple[str, str, str]]:
             errors = errors or {}
-            return [(f"req{req_no}:{k}", i.key, errors.get(k, reason))
+            return [(request_position(req_no, k), i.key, errors.get(k, reason))
                     for k, i in enumerate(items)]
 
         try:
@@ -213,7 +215,7 @@ class SendLoop:
                         "no item of the request: %s", self.ctx.integration, req_no,
                         len(outcome.unmapped_errors), "; ".join(outcome.unmapped_errors[:3]))
         if outcome.kind == "ok":
-            failed = [(f"req{req_no}:{k}", items[k].key, reason)
+            failed = [(request_position(req_no, k), items[k].key, reason)
                       for k, reason in sorted(outcome.item_errors.items())]
             counts["synced"] += len(items) - len(failed)
             counts["failed"] += len(failed)

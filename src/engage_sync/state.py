@@ -15,6 +15,7 @@ SQLite file by default, PostgreSQL by URL for teams. Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -58,6 +59,8 @@ class JournalEntry:
     end: tuple[Any, ...]
     items: int
     state: str = "pending"
+    keys: tuple[str, ...] | None = None
+    """The row keys of its items (exact journals), to name them if it is left in flight."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +240,8 @@ class StateStore:
             conn.execute(journal.insert(), [
                 {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
                  "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
-                 "synced": 0, "failed": 0, "in_doubt": 0}
+                 "synced": 0, "failed": 0, "in_doubt": 0,
+                 "item_keys": None if e.keys is None else json.dumps(e.keys)}
                 for e in entries
             ])
             conn.execute(runs.update().where(runs.c.run_id == run_id)
@@ -344,13 +348,23 @@ class StateStore:
             return conn.execute(journal.delete().where(
                 journal.c.run_id == run_id, journal.c.state == "pending")).rowcount
 
-    def mark_pending_in_doubt(self, run_id: str) -> int:
-        """Entries left pending by a crash, not to be sent again: their rows are in doubt."""
+    def mark_pending_in_doubt(self, run_id: str, integration: str) -> set[int]:
+        """Entries left pending by a crash, not to be sent again: their rows are in doubt, and
+        named (from the keys the journal kept) in the same transaction, so no later kill can
+        lose their names. Returns the entries whose keys were not kept (journaled by an
+        older version, or grouped): their rows are named when read again."""
+        reason = "the run stopped while the request was in flight"
         with self.engine.begin() as conn:
-            return conn.execute(journal.update().where(
+            pending = conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+                journal.c.run_id == run_id, journal.c.state == "pending")).all()
+            conn.execute(journal.update().where(
                 journal.c.run_id == run_id, journal.c.state == "pending",
-            ).values(state="in_doubt", in_doubt=journal.c.item_count,
-                     reason="the run stopped while the request was in flight")).rowcount
+            ).values(state="in_doubt", in_doubt=journal.c.item_count, reason=reason))
+            named = [(request_position(r.req_no, k), key, reason) for r in pending
+                     if r.item_keys is not None
+                     for k, key in enumerate(json.loads(r.item_keys))]
+            self._insert_errors(conn, run_id, integration, "in_doubt", named)
+        return {r.req_no for r in pending if r.item_keys is None}
 
     # row errors ----------------------------------------------------------------------------
     def record_errors(self, run_id: str, integration: str, kind: str,
@@ -427,6 +441,11 @@ class StateStore:
         with self.engine.connect() as conn:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
                                    .where(runs.c.integration == integration)) or 0)
+
+
+def request_position(req_no: int, k: int) -> str:
+    """The row-error position of item `k` of request `req_no` (failed and in-doubt rows)."""
+    return f"req{req_no}:{k}"
 
 
 def _iso(value: Any) -> str:

@@ -66,6 +66,10 @@ journal = sa.Table(
     sa.Column("failed", sa.Integer, nullable=False, default=0),
     sa.Column("in_doubt", sa.Integer, nullable=False, default=0),
     sa.Column("reason", sa.Text),
+    # added after the first release (`add_missing_columns`): the row keys of the request's
+    # items, as a JSON list, so a request left in flight by a kill is named in the transaction
+    # that marks it in doubt or re-sent (exact journals only; NULL for grouped journals)
+    sa.Column("item_keys", sa.Text),
 )
 
 row_errors = sa.Table(
@@ -121,8 +125,9 @@ def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
 
 
 def add_missing_columns(engine: sa.Engine) -> list[str]:
-    """Add the columns this version declares that an older state database lacks (each has a
-    server default, so existing rows stay valid). Returns "table.column" of each added."""
+    """Add the columns this version declares that an older state database lacks (each is
+    nullable or has a server default, so existing rows stay valid). Returns "table.column" of
+    each added."""
     inspector = sa.inspect(engine)
     added: list[str] = []
     with engine.begin() as conn:
@@ -131,12 +136,14 @@ def add_missing_columns(engine: sa.Engine) -> list[str]:
             for column in table.columns:
                 if column.name in have:
                     continue
-                assert column.server_default is not None, f"{table.name}.{column.name}"
                 kind = column.type.compile(dialect=conn.dialect)
-                default = column.server_default.arg  # type: ignore[attr-defined]
+                if column.server_default is not None:
+                    default = column.server_default.arg  # type: ignore[attr-defined]
+                    kind += f" NOT NULL DEFAULT {default}"
+                else:
+                    assert column.nullable, f"{table.name}.{column.name} needs a default"
                 conn.exec_driver_sql(
-                    f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind} '
-                    f"NOT NULL DEFAULT {default}")
+                    f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
                 added.append(f"{table.name}.{column.name}")
     return added
 
