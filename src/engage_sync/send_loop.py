@@ -210,23 +210,31 @@ class SendLoop:
             reason = f"internal error while sending: {type(exc).__name__}"
             counts["in_doubt"] += len(items)
             return Settlement(req_no, "in_doubt", 0, in_doubt=rows(reason), reason=reason)
-        if outcome.unmapped_errors:
-            log.warning("integration %s: request %s: the service reported %d errors that name "
-                        "no item of the request: %s", self.ctx.integration, req_no,
-                        len(outcome.unmapped_errors), "; ".join(outcome.unmapped_errors[:3]))
+        unmapped = self._unmapped(req_no, outcome.unmapped_errors)
         if outcome.kind == "ok":
             failed = [(request_position(req_no, k), items[k].key, reason)
                       for k, reason in sorted(outcome.item_errors.items())]
             counts["synced"] += len(items) - len(failed)
             counts["failed"] += len(failed)
-            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed)
+            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed,
+                              unmapped=unmapped)
         if outcome.kind == "in_doubt":
             counts["in_doubt"] += len(items)
             return Settlement(req_no, "in_doubt", 0, in_doubt=rows(outcome.reason),
                               reason=outcome.reason)
         counts["failed"] += len(items)
         return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
-                          reason=outcome.reason)
+                          reason=outcome.reason, unmapped=unmapped)
+
+    def _unmapped(self, req_no: int, errors: tuple[str, ...]) -> list[tuple[str, str, str]]:
+        """Errors of an answer that name no item of the request: kept as the run's errors of
+        kind `unmapped`, keyed by the request (none of its rows is known to be at fault)."""
+        if errors:
+            log.warning("integration %s: request %s: the service reported %d errors that name "
+                        "no item of the request: %s", self.ctx.integration, req_no,
+                        len(errors), "; ".join(errors[:3]))
+        return [(f"req{req_no}:unmapped:{n}", f"request {req_no}", error)
+                for n, error in enumerate(errors)]
 
     def drain(self) -> None:
         """Send what is queued, wait for everything in flight, save; raises FatalStop after a

@@ -48,6 +48,8 @@ class RunCounts:
     failed: int = 0
     in_doubt: int = 0
     rejected: int = 0
+    unmapped: int = 0
+    """Service errors that named no item of their request (not rows: not in the row counts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,8 @@ class Settlement:
     failed: Sequence[tuple[str, str, str]] = ()
     in_doubt: Sequence[tuple[str, str, str]] = ()
     reason: str | None = None
+    unmapped: Sequence[tuple[str, str, str]] = ()
+    """Errors of the answer that name no item: (position, "request N", reason)."""
 
 
 def _now() -> datetime:
@@ -194,6 +198,7 @@ class StateStore:
                 job_status=job_status, sync_finish_time=_now(), message=message,
                 rows_synced=counts.synced, rows_failed_with_errors=counts.failed,
                 rows_in_doubt=counts.in_doubt, rows_rejected=counts.rejected,
+                errors_unmapped=counts.unmapped,
             ))
         self.compact_journal(run_id)
 
@@ -274,6 +279,8 @@ class StateStore:
             in_doubt = [row for s in settlements for row in s.in_doubt]
             self._insert_errors(conn, run_id, integration, "failed", failed)
             self._insert_errors(conn, run_id, integration, "in_doubt", in_doubt)
+            self._insert_errors(conn, run_id, integration, "unmapped",
+                                [row for s in settlements for row in s.unmapped])
             self._insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 self._advance(conn, run_id, integration, progress, move_cursor)
@@ -395,11 +402,13 @@ class StateStore:
                 sa.func.coalesce(sa.func.sum(journal.c.failed), 0),
                 sa.func.coalesce(sa.func.sum(journal.c.in_doubt), 0),
             ).where(journal.c.run_id == run_id)).one()
-            rejected = conn.scalar(
-                sa.select(sa.func.count()).select_from(row_errors)
-                .where(row_errors.c.run_id == run_id, row_errors.c.kind == "rejected"))
+            kinds = {str(kind): int(n) for kind, n in conn.execute(
+                sa.select(row_errors.c.kind, sa.func.count()).where(
+                    row_errors.c.run_id == run_id, row_errors.c.kind.in_(["rejected", "unmapped"]))
+                .group_by(row_errors.c.kind))}
         return RunCounts(synced=int(j[0]), failed=int(j[1]), in_doubt=int(j[2]),
-                         rejected=int(rejected or 0))
+                         rejected=int(kinds.get("rejected", 0)),
+                         unmapped=int(kinds.get("unmapped", 0)))
 
     def errors(self, integration: str, limit: int = 100) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:

@@ -3,7 +3,8 @@
 `engage_cursors` one row per integration; `engage_runs` one row per run (its window, progress
 and totals); `engage_journal` one row per request (or per merged stretch of acknowledged
 requests after compaction); `engage_row_errors` rejected, failed and in-doubt rows (keys and
-reasons, never payload values); `engage_acks` what lookback remembers.
+reasons, never payload values), and service errors that name no row (kind `unmapped`, keyed by
+their request); `engage_acks` what lookback remembers.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ runs = sa.Table(
     sa.Column("requests_sent", sa.Integer, nullable=False, default=0),
     # added after the first release: `add_missing_columns` adds them to older databases
     sa.Column("rows_skipped_null_cursor", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("errors_unmapped", sa.Integer, nullable=False, server_default="0"),
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
     sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
