@@ -140,7 +140,8 @@ class _Run:
     def execute(self) -> dict[str, Any]:
         state = self.deps.state
         opened = open_run(state, self.i.name, self.options.mode, self.options.scope,
-                          self.resend_in_doubt, self.new_window, self._before)
+                          self.resend_in_doubt, self.new_window, self._before,
+                          idempotent=self.kind.idempotent)
         self.run_id = opened.run_id
         try:
             count_skipped(self.i, self.deps.engine, self.reader.spec, state, self.run_id)
@@ -220,6 +221,7 @@ class _Run:
             bulk=mode != "incremental",
             may_move_cursor=lambda position: may_move_cursor(mode, stored, position),
             counts=self.counts, report=self.report,
+            names_duplicates=self.resend_in_doubt and not self.kind.idempotent,
         ), progress)
 
     # opening -------------------------------------------------------------------------------

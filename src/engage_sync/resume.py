@@ -40,9 +40,11 @@ class Opened:
 
 def open_run(state: StateStore, name: str, mode: str, scope: str | None,
              resend_in_doubt: bool, new_window: Callable[[], Window],
-             before: Callable[[], Any]) -> Opened:
+             before: Callable[[], Any], idempotent: bool = True) -> Opened:
     """Resume the integration's unfinished run of this mode and scope, or open a new one on
-    `new_window()`. Raises RunRefused when the unfinished run's owner is alive."""
+    `new_window()`. Raises RunRefused when the unfinished run's owner is alive. Requests in
+    flight at the crash that are sent again name their rows as possibly doubled unless the
+    kind is `idempotent`."""
     resumed = state.unfinished_run(name, mode, scope)
     if resumed is None:
         window = new_window()
@@ -57,7 +59,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     state.take_over(run_id)
     crashed: set[int] = set()
     if resend_in_doubt:
-        state.drop_pending(run_id)
+        state.drop_pending(run_id, name, name_duplicates=not idempotent)
     else:  # at most once: what was in flight at the crash is in doubt, not re-sent
         crashed = state.mark_pending_in_doubt(run_id, name)
     signpost = decode_cursor(resumed["signpost"])

@@ -18,15 +18,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from engage_sync import resends
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.items import users_of
 from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
+from engage_sync.resends import resent_after_doubt
 from engage_sync.state import JournalEntry, Settlement, StateStore, request_position
 
 log = logging.getLogger("engage_sync.send_loop")
@@ -74,6 +76,8 @@ class RunContext:
     may_move_cursor: Callable[[Cursor], bool]
     counts: dict[str, int]
     report: Callable[[], None]
+    names_duplicates: bool = False
+    """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
 
 
 class SendLoop:
@@ -194,6 +198,20 @@ class SendLoop:
         self.ctx.report()
 
     def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
+        """How the request ended, with the rows that may be doubled (`resends`)."""
+        settlement = self._ended(segment, future)
+        if not self.ctx.names_duplicates or future.exception() is not None \
+                or not resent_after_doubt(future.result()):
+            return settlement
+        assert segment.batch is not None
+        failed = {position for position, _, _ in settlement.failed}
+        doubled = [(p, item.key, resends.AFTER_DOUBT) for p, item in
+                   ((request_position(settlement.req_no, k), item)
+                    for k, item in enumerate(segment.batch.items)) if p not in failed]
+        self.ctx.counts["duplicated"] = self.ctx.counts.get("duplicated", 0) + len(doubled)
+        return replace(settlement, duplicated=doubled)
+
+    def _ended(self, segment: Outgoing, future: Future[Any]) -> Settlement:
         assert segment.batch is not None and segment.entry is not None
         items, req_no, counts = segment.batch.items, segment.entry.req_no, self.ctx.counts
 

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.progress import decode_cursor, encode_cursor
+from engage_sync.resends import AFTER_KILL
 from engage_sync.state_schema import (
     SETTLED,
     acks,
@@ -50,6 +51,8 @@ class RunCounts:
     rejected: int = 0
     unmapped: int = 0
     """Service errors that named no item of their request (not rows: not in the row counts)."""
+    duplicated: int = 0
+    """Rows that may have reached the service twice (also counted by how they ended)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,8 @@ class Settlement:
     reason: str | None = None
     unmapped: Sequence[tuple[str, str, str]] = ()
     """Errors of the answer that name no item: (position, "request N", reason)."""
+    duplicated: Sequence[tuple[str, str, str]] = ()
+    """Rows sent again after a doubtful attempt, that may be doubled (`resends`)."""
 
 
 def _now() -> datetime:
@@ -198,7 +203,7 @@ class StateStore:
                 job_status=job_status, sync_finish_time=_now(), message=message,
                 rows_synced=counts.synced, rows_failed_with_errors=counts.failed,
                 rows_in_doubt=counts.in_doubt, rows_rejected=counts.rejected,
-                errors_unmapped=counts.unmapped,
+                errors_unmapped=counts.unmapped, rows_possibly_duplicated=counts.duplicated,
             ))
         self.compact_journal(run_id)
 
@@ -281,6 +286,8 @@ class StateStore:
             self._insert_errors(conn, run_id, integration, "in_doubt", in_doubt)
             self._insert_errors(conn, run_id, integration, "unmapped",
                                 [row for s in settlements for row in s.unmapped])
+            self._insert_errors(conn, run_id, integration, "duplicate",
+                                [row for s in settlements for row in s.duplicated])
             self._insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 self._advance(conn, run_id, integration, progress, move_cursor)
@@ -349,9 +356,16 @@ class StateStore:
             ).all()
         return [(decode_cursor(r[0]), decode_cursor(r[1]) or ()) for r in rows]
 
-    def drop_pending(self, run_id: str) -> int:
-        """Forget entries left pending by a crash whose rows will be sent again."""
+    def drop_pending(self, run_id: str, integration: str, name_duplicates: bool = False) -> int:
+        """Forget entries left pending by a crash whose rows will be sent again; with
+        `name_duplicates` (a kind that is not idempotent), name their rows as possibly doubled
+        (from the keys the journal kept) in the same transaction."""
         with self.engine.begin() as conn:
+            pending = conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+                journal.c.run_id == run_id, journal.c.state == "pending")).all()
+            if name_duplicates:
+                self._insert_errors(conn, run_id, integration, "duplicate",
+                                    _keyed(pending, AFTER_KILL))
             return conn.execute(journal.delete().where(
                 journal.c.run_id == run_id, journal.c.state == "pending")).rowcount
 
@@ -367,10 +381,7 @@ class StateStore:
             conn.execute(journal.update().where(
                 journal.c.run_id == run_id, journal.c.state == "pending",
             ).values(state="in_doubt", in_doubt=journal.c.item_count, reason=reason))
-            named = [(request_position(r.req_no, k), key, reason) for r in pending
-                     if r.item_keys is not None
-                     for k, key in enumerate(json.loads(r.item_keys))]
-            self._insert_errors(conn, run_id, integration, "in_doubt", named)
+            self._insert_errors(conn, run_id, integration, "in_doubt", _keyed(pending, reason))
         return {r.req_no for r in pending if r.item_keys is None}
 
     # row errors ----------------------------------------------------------------------------
@@ -404,11 +415,13 @@ class StateStore:
             ).where(journal.c.run_id == run_id)).one()
             kinds = {str(kind): int(n) for kind, n in conn.execute(
                 sa.select(row_errors.c.kind, sa.func.count()).where(
-                    row_errors.c.run_id == run_id, row_errors.c.kind.in_(["rejected", "unmapped"]))
+                    row_errors.c.run_id == run_id,
+                    row_errors.c.kind.in_(["rejected", "unmapped", "duplicate"]))
                 .group_by(row_errors.c.kind))}
         return RunCounts(synced=int(j[0]), failed=int(j[1]), in_doubt=int(j[2]),
                          rejected=int(kinds.get("rejected", 0)),
-                         unmapped=int(kinds.get("unmapped", 0)))
+                         unmapped=int(kinds.get("unmapped", 0)),
+                         duplicated=int(kinds.get("duplicate", 0)))
 
     def errors(self, integration: str, limit: int = 100) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -450,6 +463,12 @@ class StateStore:
         with self.engine.connect() as conn:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
                                    .where(runs.c.integration == integration)) or 0)
+
+
+def _keyed(entries: Sequence[Any], reason: str) -> list[tuple[str, str, str]]:
+    """Row errors naming the items of journal entries (req_no, item_keys) that kept keys."""
+    return [(request_position(r.req_no, k), key, reason) for r in entries
+            if r.item_keys is not None for k, key in enumerate(json.loads(r.item_keys))]
 
 
 def request_position(req_no: int, k: int) -> str:

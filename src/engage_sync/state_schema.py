@@ -50,6 +50,7 @@ runs = sa.Table(
     # added after the first release: `add_missing_columns` adds them to older databases
     sa.Column("rows_skipped_null_cursor", sa.Integer, nullable=False, server_default="0"),
     sa.Column("errors_unmapped", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("rows_possibly_duplicated", sa.Integer, nullable=False, server_default="0"),
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
     sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),

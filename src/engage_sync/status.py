@@ -2,8 +2,8 @@
 
 A record holds exactly the service's fields (job_status, sync_start_time, sync_finish_time,
 last_timestamp_synced, rows_synced, rows_failed_with_errors) plus engage-sync's own counts
-(rows_read, rows_rejected, rows_in_doubt, rows_skipped_null_cursor, errors_unmapped, mode,
-run_id, message).
+(rows_read, rows_rejected, rows_in_doubt, rows_skipped_null_cursor, errors_unmapped,
+rows_possibly_duplicated, mode, run_id, message).
 Pages hold 10 records, newest first; the cursor is the run sequence number of the first record
 of a page, base64-encoded, so pages stay stable while new runs are added. Reads the state
 tables directly (the status part may use SQLAlchemy); never decides control flow.
@@ -86,6 +86,7 @@ def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
         rec["rows_in_doubt"] = int(run["rows_in_doubt"])
         rec["rows_skipped_null_cursor"] = int(run.get("rows_skipped_null_cursor") or 0)
         rec["errors_unmapped"] = int(run.get("errors_unmapped") or 0)
+        rec["rows_possibly_duplicated"] = int(run.get("rows_possibly_duplicated") or 0)
         rec["mode"] = run["mode"]
         rec["run_id"] = run["run_id"]
         if run.get("message"):
