@@ -263,6 +263,7 @@ class Integration(_Frozen):
     service: Service = Service()
     extract_batch_rows: int = Field(default=10_000, ge=100, le=1_000_000)
     settle_lag: Duration = timedelta(seconds=0)
+    lease_seconds: float = Field(default=60, ge=1, le=3600)
     lookback: Duration | None = None
     in_doubt: Literal["resend", "skip"] = "resend"
     update_existing_only: bool | None = None

@@ -28,9 +28,10 @@ from engage_sync import kinds
 from engage_sync.config import Integration
 from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
-from engage_sync.errors import ConfigError, RunRefused, SyncError
+from engage_sync.errors import ConfigError, LeaseLost, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
 from engage_sync.items import Item
+from engage_sync.lease import Lease, new_owner
 from engage_sync.null_cursors import count_skipped
 from engage_sync.progress import (
     Cursor,
@@ -124,6 +125,8 @@ class _Run:
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
         self.run_id = ""
+        self.owner = new_owner()
+        self.lease: Lease | None = None
 
     def _drops(self) -> Drops:
         """Lookback drops rows acknowledged before; a backfill of events drops what
@@ -141,23 +144,34 @@ class _Run:
         state = self.deps.state
         opened = open_run(state, self.i.name, self.options.mode, self.options.scope,
                           self.resend_in_doubt, self.new_window, self._before,
-                          idempotent=self.kind.idempotent)
+                          idempotent=self.kind.idempotent, owner=self.owner,
+                          lease_seconds=self.i.lease_seconds)
         self.run_id = opened.run_id
+        self.lease = lease = Lease(state, self.run_id, self.owner, self.i.lease_seconds).start()
+        try:
+            self._execute(opened)
+            # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
+            counts = state.counts(self.run_id)
+            tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
+            state.finish_run(self.run_id, job_status(*tally),
+                             message=job_message(self.i.name, *tally))
+        finally:
+            lease.stop()
+        return record(state.run(self.run_id))
+
+    def _execute(self, opened: Opened) -> None:
+        state = self.deps.state
         try:
             count_skipped(self.i, self.deps.engine, self.reader.spec, state, self.run_id)
             self._check_delete_cap(opened.window)
             self._stream(opened)
+        except LeaseLost:
+            raise  # the run is another process's now: leave its record alone
         except SyncError as exc:
             state.finish_run(self.run_id,
                              "config_error" if isinstance(exc, ConfigError) else "error",
                              message=str(exc))
             raise
-        # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
-        counts = state.counts(self.run_id)
-        tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
-        state.finish_run(self.run_id, job_status(*tally),
-                         message=job_message(self.i.name, *tally))
-        return record(state.run(self.run_id))
 
     def _stream(self, opened: Opened) -> None:
         """The loop: each row read is skipped (settled before), packed (an item) or passed
@@ -211,7 +225,7 @@ class _Run:
         deliverer = Deliverer(
             client=self.deps.client, api_key=self.deps.api_key, budgets=self.deps.budgets,
             base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,
-            log_context={"integration": self.i.name},
+            log_context={"integration": self.i.name}, guard=self._check_lease,
         )
         mode, stored = self.options.mode, self.stored
         return SendLoop(RunContext(
@@ -222,6 +236,7 @@ class _Run:
             may_move_cursor=lambda position: may_move_cursor(mode, stored, position),
             counts=self.counts, report=self.report,
             names_duplicates=self.resend_in_doubt and not self.kind.idempotent,
+            owner=self.owner,
         ), progress)
 
     # opening -------------------------------------------------------------------------------
@@ -258,6 +273,12 @@ class _Run:
                 f"integration {self.i.name}: this run would delete {rows} users, more than "
                 f"max_deletes ({cap}); nothing was sent. Check the source, then raise "
                 f"max_deletes or rerun with --allow-deletes {rows}")
+
+    def _check_lease(self) -> None:
+        """Before every attempt to send: LeaseLost once this process may no longer own the
+        run."""
+        if self.lease is not None:
+            self.lease.check()
 
     def report(self) -> None:
         if self.deps.on_progress is not None:

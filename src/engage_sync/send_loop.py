@@ -78,6 +78,8 @@ class RunContext:
     report: Callable[[], None]
     names_duplicates: bool = False
     """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
+    owner: str | None = None
+    """The run's owner: journal writes and settlements are fenced on it (`lease`)."""
 
 
 class SendLoop:
@@ -123,10 +125,12 @@ class SendLoop:
             users = self._users(segment)
             self._make_room(users)
             if not self.halted and segment.entry is not None:
-                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry])
+                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry],
+                                               owner=self.ctx.owner)
                 self._send(segment, users)
             return
-        self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry])
+        self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
+                                       owner=self.ctx.owner)
         for segment in queue:
             users = self._users(segment)
             self._make_room(users)
@@ -193,7 +197,7 @@ class SendLoop:
         self.ctx.state.settle(
             self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
-            acked_rows=acked)
+            acked_rows=acked, owner=self.ctx.owner)
         self.unsaved = []
         self.ctx.report()
 

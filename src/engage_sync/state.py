@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from engage_sync.errors import LeaseLost
 from engage_sync.progress import decode_cursor, encode_cursor
 from engage_sync.resends import AFTER_KILL
 from engage_sync.state_schema import (
@@ -92,23 +94,37 @@ def owner_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+_OWNER = re.compile(r"^(?P<host>.*):(?P<pid>\d+)(?::[0-9a-f]+)?$")
+
+
+def _local_pid(owner: str | None) -> int | None:
+    """The pid of an owner token ("host:pid" or "host:pid:attempt") of this host, else None."""
+    match = _OWNER.match(owner or "")
+    if match is None or match["host"] != socket.gethostname():
+        return None
+    return int(match["pid"])
+
+
 def owner_alive(owner: str | None) -> bool:
     """Whether the process that owns a run is alive on this host (another process than this).
-
-    Owners on other hosts cannot be checked from here and count as gone: across hosts, keep
-    one run per integration with a Prefect concurrency limit on the deployment."""
-    if not owner or ":" not in owner:
-        return False
-    host, _, pid_text = owner.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    Owners on other hosts cannot be checked from here and count as gone (runs from before
+    leases only: `lease.py` decides for the others)."""
+    pid = _local_pid(owner)
+    if pid is None or pid == os.getpid():
         return False
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def owner_gone_here(owner: str | None) -> bool:
+    """Whether the owner is surely not running: a process of this host that is dead, or an
+    earlier attempt of this very process. A lease need not run out for such an owner."""
+    return _local_pid(owner) is not None and not owner_alive(owner)
 
 
 class StateStore:
@@ -168,8 +184,13 @@ class StateStore:
         job_status: str = "running",
         message: str | None = None,
         scope: str | None = None,
+        owner: str | None = None,
+        lease_seconds: float | None = None,
     ) -> str:
+        """A new run, owned by `owner` (default: this process) with a lease of
+        `lease_seconds` if given."""
         run_id = str(uuid.uuid4())
+        lease_until = _now() + timedelta(seconds=lease_seconds) if lease_seconds else None
         with self.engine.begin() as conn:
             seq = (conn.scalar(
                 sa.select(sa.func.max(runs.c.seq)).where(runs.c.integration == integration)
@@ -180,16 +201,46 @@ class StateStore:
                 window_start=encode_cursor(window_start),
                 signpost=encode_cursor([signpost]) if signpost else None,
                 floor=encode_cursor([floor]) if floor else None,
-                progress=encode_cursor(window_start), message=message, owner=owner_token(),
+                progress=encode_cursor(window_start), message=message,
+                owner=owner or owner_token(), lease_until=lease_until,
                 last_timestamp_synced=_iso(window_start[0]) if window_start else None,
                 rows_synced=0, rows_failed_with_errors=0, rows_rejected=0, rows_in_doubt=0,
                 requests_sent=0,
             ))
         return run_id
 
-    def take_over(self, run_id: str) -> None:
+    def take_over(self, run_id: str, owner: str, previous: str | None,
+                  lease_seconds: float, expired_only: bool = True) -> bool:
+        """Take an unfinished run over from `previous` if its lease expired (or it never had
+        one; any lease if not `expired_only`, for an owner known dead): a compare-and-set, so
+        of two processes racing for it one wins. Returns whether this one did."""
+        now = _now()
+        same = runs.c.owner.is_(None) if previous is None else runs.c.owner == previous
+        expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < now)
         with self.engine.begin() as conn:
-            conn.execute(runs.update().where(runs.c.run_id == run_id).values(owner=owner_token()))
+            return conn.execute(runs.update().where(
+                runs.c.run_id == run_id, same, expired if expired_only else sa.true(),
+            ).values(owner=owner, lease_until=now + timedelta(seconds=lease_seconds))
+            ).rowcount == 1
+
+    def renew_lease(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        """Extend the lease of a run `owner` still owns; False when it owns it no more."""
+        with self.engine.begin() as conn:
+            return conn.execute(runs.update().where(
+                runs.c.run_id == run_id, runs.c.owner == owner,
+                runs.c.job_status == "running",
+            ).values(lease_until=_now() + timedelta(seconds=lease_seconds))).rowcount == 1
+
+    @staticmethod
+    def _fence(conn: Connection, run_id: str, owner: str | None) -> None:
+        """Within a write's transaction: raise LeaseLost (rolling the write back) unless
+        `owner` still owns the run. The row lock it takes orders it with a take-over."""
+        if owner is None:
+            return
+        held = conn.execute(runs.update().where(runs.c.run_id == run_id, runs.c.owner == owner)
+                            .values(owner=owner)).rowcount
+        if held != 1:
+            raise LeaseLost(f"run {run_id}: another process owns the run now; nothing written")
 
     def run(self, run_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:
@@ -242,11 +293,14 @@ class StateStore:
                     journal.c.run_id == run_id, journal.c.req_no.in_(removed[i:i + 500])))
         return len(removed)
 
-    def journal_pending(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
-        """Record requests before they are sent (rule 4), in one transaction."""
+    def journal_pending(self, run_id: str, entries: Sequence[JournalEntry],
+                        owner: str | None = None) -> None:
+        """Record requests before they are sent (rule 4), in one transaction, fenced on
+        `owner` if given."""
         if not entries:
             return
         with self.engine.begin() as conn:
+            self._fence(conn, run_id, owner)
             conn.execute(journal.insert(), [
                 {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
                  "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
@@ -265,10 +319,13 @@ class StateStore:
         progress: Sequence[Any] | None = None,
         move_cursor: bool = True,
         acked_rows: Sequence[tuple[str, str, str]] = (),
+        owner: str | None = None,
     ) -> None:
         """Settle journal entries, record their failed / in-doubt rows and, if given, move the
-        run's progress and the integration cursor, all in one transaction."""
+        run's progress and the integration cursor, all in one transaction, fenced on `owner`
+        if given."""
         with self.engine.begin() as conn:
+            self._fence(conn, run_id, owner)
             if settlements:
                 assert all(s.state in SETTLED for s in settlements)
                 conn.execute(

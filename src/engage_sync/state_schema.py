@@ -53,6 +53,8 @@ runs = sa.Table(
     sa.Column("rows_possibly_duplicated", sa.Integer, nullable=False, server_default="0"),
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
+    # added after the first release (`add_missing_columns`): the owner's lease (`lease.py`)
+    sa.Column("lease_until", sa.DateTime(timezone=True)),
     sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
 )
 
