@@ -94,7 +94,7 @@ def owner_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-_OWNER = re.compile(r"^(?P<host>.*):(?P<pid>\d+)(?::[0-9a-f]+)?$")
+_OWNER = re.compile(r"^(?P<host>[^:]*):(?P<pid>\d+)(?::[0-9a-f]+)?$")
 
 
 def _local_pid(owner: str | None) -> int | None:
