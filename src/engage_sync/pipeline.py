@@ -37,7 +37,6 @@ from engage_sync.progress import (
     Cursor,
     Mode,
     Progress,
-    Ranges,
     encode_cursor,
     may_move_cursor,
     stamp,
@@ -46,6 +45,7 @@ from engage_sync.ratelimit import RateBudgets
 from engage_sync.reading import Drops, Reader
 from engage_sync.resume import Opened, Skipper, open_run
 from engage_sync.send_loop import RunContext, SendLoop
+from engage_sync.sent_rows import SentRows
 from engage_sync.state import StateStore
 from engage_sync.status import job_message, job_status, record
 from engage_sync.window import Window, align, backfill_window, incremental_window
@@ -134,7 +134,7 @@ class _Run:
         drops = Drops(lookback=bool(self.lookback), stored=self.stored)
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
-            drops.sent = Ranges(self.deps.state.settled_ranges(
+            drops.sent = SentRows.from_entries(self.deps.state.settled_ranges(
                 self.i.name, ("incremental", "full_resync")))
             drops.top = self.stored
         return drops

@@ -23,7 +23,8 @@ from engage_sync.extract import SourceSpec, stream_batches
 from engage_sync.items import Item
 from engage_sync.kinds import Kind
 from engage_sync.nulls import null_key_reasons, position_value
-from engage_sync.progress import REJECTED, Cursor, Ranges, digest, stamp
+from engage_sync.progress import REJECTED, Cursor, digest, stamp
+from engage_sync.sent_rows import SentRows
 from engage_sync.state import StateStore
 from engage_sync.ties import Ties, error_position
 from engage_sync.window import Window
@@ -76,13 +77,13 @@ class Drops:
     lookback: the run re-reads a trailing period; every row's end is remembered (acks), and
         rows at or below `stored` (the cursor when the run opened) whose content was
         acknowledged before are dropped.
-    sent, top: a backfill of events drops the ranges incremental runs settled, and rows above
-        their cursor `top` (the next incremental run sends those).
+    sent, top: a backfill of events drops the rows incremental runs sent (`sent_rows`), and
+        rows above their cursor `top` (the next incremental run sends those).
     """
 
     lookback: bool = False
     stored: Cursor | None = None
-    sent: Ranges | None = None
+    sent: SentRows | None = None
     top: Cursor | None = None
 
 
@@ -149,8 +150,11 @@ class Reader:
         sent, top = self.drops.sent, self.drops.top
         assert sent is not None
         for k, c in enumerate(rows.cursors()):
-            c = tuple(c)
-            if top is None or c > tuple(top) or sent.contains(c):
+            outcome = rows.outcomes[k]
+            if outcome is None:
+                continue
+            key = outcome.key if isinstance(outcome, Item) else outcome[0]
+            if top is None or tuple(c) > tuple(top) or sent.contains(tuple(c), key):
                 rows.outcomes[k] = None
 
     def _drop_acknowledged(self, rows: RowBatch) -> None:

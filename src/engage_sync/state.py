@@ -268,7 +268,7 @@ class StateStore:
             rows = conn.execute(sa.select(
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
                 journal.c.state, journal.c.failed, journal.c.in_doubt,
-                journal.c.item_count, journal.c.synced,
+                journal.c.item_count, journal.c.synced, journal.c.item_keys,
             ).where(journal.c.run_id == run_id)).all()
             ordered = sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
             groups: list[list[Any]] = []
@@ -286,7 +286,8 @@ class StateStore:
                     journal.c.run_id == run_id, journal.c.req_no == group[0].req_no,
                 ).values(end_cursor=group[-1].end_cursor,
                          item_count=sum(r.item_count for r in group),
-                         synced=sum(r.synced for r in group)))
+                         synced=sum(r.synced for r in group),
+                         item_keys=_merged_keys(r.item_keys for r in group)))
                 removed += [r.req_no for r in group[1:]]
             for i in range(0, len(removed), 500):
                 conn.execute(journal.delete().where(
@@ -401,17 +402,19 @@ class StateStore:
                 for r in rows]
 
     def settled_ranges(self, integration: str, modes: Sequence[str]
-                       ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...]]]:
+                       ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
         """(start, end] cursor ranges of requests that runs of these modes sent and the service
-        acknowledged or may have processed (in doubt), in journal order."""
+        acknowledged or may have processed (in doubt), in journal order, each with the row
+        keys of its items (None when the journal did not keep them)."""
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(journal.c.start_cursor, journal.c.end_cursor)
+                sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
                 .join(runs, runs.c.run_id == journal.c.run_id)
                 .where(runs.c.integration == integration, runs.c.mode.in_(list(modes)),
                        journal.c.state.in_(["acked", "in_doubt", "pending"]))
             ).all()
-        return [(decode_cursor(r[0]), decode_cursor(r[1]) or ()) for r in rows]
+        return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),
+                 None if r[2] is None else json.loads(r[2])) for r in rows]
 
     def drop_pending(self, run_id: str, integration: str, name_duplicates: bool = False) -> int:
         """Forget entries left pending by a crash whose rows will be sent again; with
@@ -520,6 +523,16 @@ class StateStore:
         with self.engine.connect() as conn:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
                                    .where(runs.c.integration == integration)) or 0)
+
+
+def _merged_keys(keys: Iterable[str | None]) -> str | None:
+    """The item keys of merged journal entries: all of them, or None if one lacks them."""
+    merged: list[str] = []
+    for text in keys:
+        if text is None:
+            return None
+        merged.extend(json.loads(text))
+    return json.dumps(merged)
 
 
 def _keyed(entries: Sequence[Any], reason: str) -> list[tuple[str, str, str]]:
