@@ -23,6 +23,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from engage_sync import key_digest
 from engage_sync.errors import SourceError
 from engage_sync.nulls import NULL_KEY
 from engage_sync.progress import Cursor
@@ -42,6 +43,21 @@ class SourceSpec:
     columns: tuple[str, ...]
     null_cursor_oldest: bool = False
     """Rows with a NULL cursor value are read as if at OLDEST (`null_cursor: oldest`)."""
+    digested: frozenset[str] = frozenset()
+    """Key columns that hold payload: ordered by their digest (`key_digest`)."""
+
+    @property
+    def position_columns(self) -> list[str]:
+        """The batch columns of a row's position: the cursor column, then each key column
+        (or its digest column)."""
+        return [self.cursor_column,
+                *(key_digest.label(k) if k in self.digested else k for k in self.key_columns)]
+
+    @property
+    def names(self) -> list[str]:
+        """Every column of a batch, in order: the configured columns, then the digests."""
+        return [*self.columns, *(key_digest.label(k) for k in self.key_columns
+                                 if k in self.digested)]
 
 
 OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -117,11 +133,16 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
             return sa.func.coalesce(sa.column(resolved[name]), oldest)
         return sa.column(resolved[name])
 
+    def position(name: str) -> sa.ColumnElement[Any]:
+        return key_digest.key_md5(col(name)) if name in spec.digested else col(name)
+
     def ordered(name: str) -> sa.ColumnElement[Any]:
-        return col(name).collate("C") if name in binary else col(name)
+        return position(name).collate("C") if name in binary else position(name)
 
     order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
-    query = sa.select(*(col(c).label(c) for c in spec.columns)).select_from(src)
+    digests = [position(k).label(key_digest.label(k)) for k in spec.key_columns
+               if k in spec.digested]
+    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests).select_from(src)
     # NULL keys sort first, as NULL_KEY does in Python (nulls.py)
     sort = [order[0], *(o.nulls_first() for o in order[1:])]
     if window.start is not None:
@@ -169,7 +190,7 @@ def stream_batches(
             if engine.dialect.name == "duckdb":
                 yield from _duckdb_batches(conn, query, batch_rows)
             else:
-                yield from _generic_batches(conn, query, spec.columns, batch_rows)
+                yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"

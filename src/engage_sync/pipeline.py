@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
+from engage_sync import key_digest, kinds
 from engage_sync.config import Integration
 from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
@@ -120,7 +120,9 @@ class _Run:
         self.kind = kinds.kind_of(integration)
         self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
         self.lookback = integration.lookback if options.mode == "incremental" else None
-        self.stored: Cursor | None = deps.state.cursor(integration.name)  # when the run opened
+        self.stored: Cursor | None = key_digest.migrate(  # the cursor when the run opened
+            deps.state.cursor(integration.name), integration.key_columns,
+            integration.hidden_key_columns)
         self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops())
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}

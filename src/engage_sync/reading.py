@@ -67,6 +67,7 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         key_columns=integration.key_columns,
         columns=tuple(dict.fromkeys(cols)),
         null_cursor_oldest=integration.null_cursor == "oldest",
+        digested=integration.hidden_key_columns,
     )
 
 
@@ -114,8 +115,7 @@ class Reader:
         (`nulls`) unless the kind rejected it already."""
         result = self.kind.transform(self.i, batch, seq)
         assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
-        names = [self.i.cursor_column, *self.i.key_columns]
-        rows = RowBatch([batch.column(n) for n in names], batch.num_rows)
+        rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows)
         for item in result.items:
             rows.outcomes[item.seq - seq] = item
         for reject in result.rejects:
