@@ -57,3 +57,25 @@ def test_a_cursor_ending_in_a_null_key_keeps_later_rows_of_its_time(
     assert (second["rows_read"], second["rows_synced"], second["rows_rejected"]) == (2, 2, 0)
     late = service.profile("late")
     assert late is not None and service.profile("next") is not None
+
+
+def test_rejected_rows_at_one_position_are_each_counted_and_named(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    """Hole 8, the issue's example: 3 rows with a NULL EXTERNAL_ID and 2 rows keyed `dup`
+    with bad JSON, all at one UPDATED_AT; then a good row. Each of the 6 rows is counted once,
+    and over the runs the counts add up to the rows in the table."""
+    rows = [_row(None) for _ in range(3)] + [_row("dup", payload="{bad") for _ in range(2)]
+    rows.append(_row("good", T0 + timedelta(seconds=1)))
+    path = table_integration(warehouse, service, tmp_path, "attributes", rows)
+    record = _sync(path, state)
+    assert (record["rows_read"], record["rows_synced"], record["rows_rejected"]) == (6, 1, 5)
+    listing = run_errors(state, record["run_id"])
+    assert len(listing) == 5
+    assert [e["row_key"] for e in listing].count("dup") == 2
+    again = _sync(path, state)  # nothing new: nothing read, nothing counted twice
+    assert again["rows_read"] == 0, again
+    assert sum(r["rows_read"] for r in (record, again)) == len(rows)
+    for r in (record, again):
+        assert r["rows_read"] == r["rows_synced"] + r["rows_failed_with_errors"] \
+            + r["rows_in_doubt"], r
