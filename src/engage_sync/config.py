@@ -204,12 +204,14 @@ class Integration(_Frozen):
     warehouse: Warehouse = Warehouse()
     source: Source
     cursor_column: str = "UPDATED_AT"
+    null_cursor: Literal["skip", "oldest"] = "skip"
     row_key: tuple[str, ...] = ()
     payload: PayloadFormat | None = None
     mapping: MappedFormat | None = None
     service: Service = Service()
     extract_batch_rows: int = Field(default=10_000, ge=100, le=1_000_000)
     settle_lag: Duration = timedelta(seconds=0)
+    lease_seconds: float = Field(default=60, ge=1, le=3600)
     lookback: Duration | None = None
     in_doubt: Literal["resend", "skip"] = "resend"
     diff: DiffSetting = "fields"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,6 +108,7 @@ class Deliverer:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
         log_context: Mapping[str, object] | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         if not api_key or not api_key.isprintable() or api_key != api_key.strip():
             raise ValueError(
@@ -115,6 +116,7 @@ class Deliverer:
                 "check the environment variable named by service.api_key_env"
             )
         self._client = client
+        self._guard = guard  # raises (LeaseLost) when this process may send no more
         self._key = api_key
         self._budgets = budgets
         self._base = (base_url or str(client.base_url)).rstrip("/")
@@ -126,6 +128,7 @@ class Deliverer:
         self._log = DeliveryLog(logger, dict(log_context or {}))
         self._fatal: Outcome | None = None
         self._budget_lost: str | None = None  # why the shared rate budget was lost, if it was
+        self._lost_as: type[RateBudgetUnavailable] = RateBudgetUnavailable  # or LeaseLost
         self._budget_cache: dict[str, RateBudget] = {}
         headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._headers = headers
@@ -156,7 +159,7 @@ class Deliverer:
             not_sent = f"not sent: an earlier request was refused ({self._fatal.reason})"
             return Delivery(replace(self._fatal, reason=not_sent), attempts=0)
         if self._budget_lost is not None:  # fail the requests queued behind it at once
-            raise RateBudgetUnavailable(self._budget_lost)
+            raise self._lost_as(self._budget_lost)
         state = _Send(request, self._budget(request.group), self._clock() + self._deadline)
         try:
             last = self._attempt(state)
@@ -166,7 +169,7 @@ class Deliverer:
                 state.replay = last
                 last = self._retrying(self._replay_or_attempt, state)
         except RateBudgetUnavailable as exc:
-            self._budget_lost = str(exc)
+            self._budget_lost, self._lost_as = str(exc), type(exc)
             if not state.doubtful:
                 raise  # this request never left: the caller stops the run, nothing settled
             reason = f"{exc}; an earlier attempt may have been processed"
@@ -183,6 +186,8 @@ class Deliverer:
 
     def _attempt(self, state: _Send) -> _Attempt:
         request = state.request
+        if self._guard is not None:
+            self._guard()
         state.budget.acquire()
         state.attempts += 1
         headers = self._bulk_headers if request.bulk else self._headers

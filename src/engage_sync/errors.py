@@ -44,5 +44,11 @@ class RateBudgetUnavailable(DeliveryError):
     lost and the next run resumes from the cursor. Never answered by a private budget."""
 
 
+class LeaseLost(RateBudgetUnavailable):
+    """This process no longer owns its run (its lease expired, or another process took the
+    run over): it stops before sending and writes nothing more to the run. Handled like a lost
+    rate budget where a request was about to leave: never sent, never settled."""
+
+
 class RunRefused(SyncError):
     """A run refused before sending anything (for example a delete cap)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -25,10 +26,11 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from engage_sync import extract_adbc
+from engage_sync import extract_adbc, key_digest
 from engage_sync.errors import SourceError
+from engage_sync.nulls import NULL_KEY
 from engage_sync.progress import Cursor
-from engage_sync.window import Window
+from engage_sync.window import Window, align
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,27 @@ class SourceSpec:
     key_columns: tuple[str, ...]
     columns: tuple[str, ...]
     reader: str = "auto"
+    null_cursor_oldest: bool = False
+    """Rows with a NULL cursor value are read as if at OLDEST (`null_cursor: oldest`)."""
+    digested: frozenset[str] = frozenset()
+    """Key columns that hold payload: ordered by their digest (`key_digest`)."""
+
+    @property
+    def position_columns(self) -> list[str]:
+        """The batch columns of a row's position: the cursor column, then each key column
+        (or its digest column)."""
+        return [self.cursor_column,
+                *(key_digest.label(k) if k in self.digested else k for k in self.key_columns)]
+
+    @property
+    def names(self) -> list[str]:
+        """Every column of a batch, in order: the configured columns, then the digests."""
+        return [*self.columns, *(key_digest.label(k) for k in self.key_columns
+                                 if k in self.digested)]
+
+
+OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
+"""The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
 
 
 def _source(spec: SourceSpec) -> sa.FromClause:
@@ -109,14 +132,24 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
     src = _source(spec)
 
-    def col(name: str) -> sa.ColumnClause[Any]:
+    def col(name: str) -> sa.ColumnElement[Any]:
+        if name == spec.cursor_column and spec.null_cursor_oldest:
+            oldest = align(OLDEST, window.signpost) if window.signpost is not None else OLDEST
+            return sa.func.coalesce(sa.column(resolved[name]), oldest)
         return sa.column(resolved[name])
 
+    def position(name: str) -> sa.ColumnElement[Any]:
+        return key_digest.key_md5(col(name)) if name in spec.digested else col(name)
+
     def ordered(name: str) -> sa.ColumnElement[Any]:
-        return col(name).collate("C") if name in binary else col(name)
+        return position(name).collate("C") if name in binary else position(name)
 
     order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
-    query = sa.select(*(col(c).label(c) for c in spec.columns)).select_from(src)
+    digests = [position(k).label(key_digest.label(k)) for k in spec.key_columns
+               if k in spec.digested]
+    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests).select_from(src)
+    # NULL keys sort first, as NULL_KEY does in Python (nulls.py)
+    sort = [order[0], *(o.nulls_first() for o in order[1:])]
     if window.start is not None:
         query = query.where(_after(order, window.start))
     if window.signpost is not None:
@@ -125,16 +158,29 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
         query = query.where(order[0] >= window.floor)
     if window.before is not None:
         query = query.where(order[0] < window.before)
-    return query.order_by(*order)
+    return query.order_by(*sort)
+
+
+def _gt(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
+    """column > value, where NULL (NULL_KEY, or None in a cursor stored by an older version)
+    sorts before every value."""
+    if value is NULL_KEY or value is None:
+        return column.is_not(None)
+    return column > value
+
+
+def _eq(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
+    return column.is_(None) if value is NULL_KEY or value is None else column == value
 
 
 def _after(order: Sequence[sa.ColumnElement[Any]], start: Cursor) -> sa.ColumnElement[bool]:
-    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...))."""
+    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...)), NULL keys
+    first (`nulls`)."""
     if len(order) != len(start):
         raise ValueError("cursor and order columns differ in length")
-    clause: sa.ColumnElement[bool] = order[-1] > start[-1]
+    clause: sa.ColumnElement[bool] = _gt(order[-1], start[-1])
     for column, value in zip(reversed(order[:-1]), reversed(start[:-1]), strict=True):
-        clause = sa.or_(column > value, sa.and_(column == value, clause))
+        clause = sa.or_(_gt(column, value), sa.and_(_eq(column, value), clause))
     return clause
 
 
@@ -151,7 +197,7 @@ def stream_batches(
             elif _arrow_native(engine, spec):
                 yield from _adbc_batches(engine, spec, query, batch_rows)
             else:
-                yield from _generic_batches(conn, query, spec.columns, batch_rows)
+                yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
@@ -185,6 +231,22 @@ def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
             inner = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved)
                                 ).order_by(None).subquery("w")
             return int(conn.scalar(sa.select(sa.func.count()).select_from(inner)) or 0)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
+            f"{_first_line(exc)}"
+        ) from exc
+
+
+def count_null_cursors(engine: Engine, spec: SourceSpec) -> int:
+    """How many rows of the source have a NULL cursor value (never in any window)."""
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+            cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
+            query: sa.Select[Any] = (sa.select(sa.func.count()).select_from(_source(spec))
+                                     .where(cursor.is_(None)))
+            return int(conn.scalar(query) or 0)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: counting rows of {_what(spec)} failed: "

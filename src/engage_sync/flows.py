@@ -52,11 +52,14 @@ def _artifacts(name: str, record: dict[str, Any], store: StateStore) -> None:
                           description=f"engage-sync status record of {name}")
     errors = run_errors(store, record["run_id"], limit=ARTIFACT_ROWS) if "run_id" in record else []
     if errors:
-        more = record.get("rows_failed_with_errors", 0) + record.get("rows_in_doubt", 0)
+        more = sum(record.get(k, 0) for k in (
+            "rows_failed_with_errors", "rows_in_doubt", "errors_unmapped",
+            "rows_possibly_duplicated"))  # every kind of error the listing holds
         note = f" (first {ARTIFACT_ROWS} of {more})" if more > len(errors) else ""
         create_table_artifact(
             table=errors, key=f"sync-rejects-{key}",
-            description=f"rejected, failed and in-doubt rows of {name}: keys and reasons{note}; "
+            description=f"rejected, failed, in-doubt and possibly doubled rows of {name}, and "
+                        f"service errors naming no row: keys and reasons{note}; "
                         f"`engage-sync errors {name}` lists them")
 
 

@@ -24,19 +24,20 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
+from engage_sync import key_digest, kinds
 from engage_sync.config import Integration
 from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
 from engage_sync.diffing import UNCHANGED, Differ
-from engage_sync.errors import ConfigError, RunRefused, SyncError
+from engage_sync.errors import ConfigError, LeaseLost, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
 from engage_sync.items import Item
+from engage_sync.lease import Lease, new_owner
+from engage_sync.null_cursors import count_skipped
 from engage_sync.progress import (
     Cursor,
     Mode,
     Progress,
-    Ranges,
     encode_cursor,
     may_move_cursor,
     stamp,
@@ -45,6 +46,7 @@ from engage_sync.ratelimit import RateBudgets
 from engage_sync.reading import Drops, Reader
 from engage_sync.resume import Opened, Skipper, open_run
 from engage_sync.send_loop import RunContext, SendLoop
+from engage_sync.sent_rows import SentRows
 from engage_sync.state import StateStore
 from engage_sync.status import job_message, job_status, record
 from engage_sync.window import Window, align, backfill_window, incremental_window
@@ -119,7 +121,9 @@ class _Run:
         self.kind = kinds.kind_of(integration)
         self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
         self.lookback = integration.lookback if options.mode == "incremental" else None
-        self.stored: Cursor | None = deps.state.cursor(integration.name)  # when the run opened
+        self.stored: Cursor | None = key_digest.migrate(  # the cursor when the run opened
+            deps.state.cursor(integration.name), integration.key_columns,
+            integration.hidden_key_columns)
         # a full resync and a backfill re-send what they read whole, and refresh the record
         self.differ = Differ(integration.name, deps.state, refresh=options.mode != "incremental"
                              ) if self.kind.diffs(integration) else None
@@ -129,6 +133,8 @@ class _Run:
                        "in_doubt": 0}
         self.run_id = ""
         self.window_rows: int | None = None  # counted once when someone watches progress
+        self.owner = new_owner()
+        self.lease: Lease | None = None
 
     def _drops(self) -> Drops:
         """Lookback drops rows acknowledged before; a backfill of events drops what
@@ -136,7 +142,7 @@ class _Run:
         drops = Drops(lookback=bool(self.lookback), stored=self.stored)
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
-            drops.sent = Ranges(self.deps.state.settled_ranges(
+            drops.sent = SentRows.from_entries(self.deps.state.settled_ranges(
                 self.i.name, ("incremental", "full_resync")))
             drops.top = self.stored
         return drops
@@ -145,23 +151,36 @@ class _Run:
     def execute(self) -> dict[str, Any]:
         state = self.deps.state
         opened = open_run(state, self.i.name, self.options.mode, self.options.scope,
-                          self.resend_in_doubt, self.new_window, self._before)
+                          self.resend_in_doubt, self.new_window, self._before,
+                          idempotent=self.kind.idempotent, owner=self.owner,
+                          lease_seconds=self.i.lease_seconds)
         self.run_id = opened.run_id
+        self.lease = lease = Lease(state, self.run_id, self.owner, self.i.lease_seconds).start()
         try:
+            self._execute(opened)
+            # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
+            counts = state.counts(self.run_id)
+            tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
+            state.finish_run(self.run_id, job_status(*tally),
+                             message=job_message(self.i.name, *tally))
+        finally:
+            lease.stop()
+        return record(state.run(self.run_id))
+
+    def _execute(self, opened: Opened) -> None:
+        state = self.deps.state
+        try:
+            count_skipped(self.i, self.deps.engine, self.reader.spec, state, self.run_id)
             self._check_delete_cap(opened.window)
             self._count_window(opened.window)
             self._stream(opened)
+        except LeaseLost:
+            raise  # the run is another process's now: leave its record alone
         except SyncError as exc:
             state.finish_run(self.run_id,
                              "config_error" if isinstance(exc, ConfigError) else "error",
                              message=str(exc))
             raise
-        # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
-        counts = state.counts(self.run_id)
-        tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
-        state.finish_run(self.run_id, job_status(*tally),
-                         message=job_message(self.i.name, *tally))
-        return record(state.run(self.run_id))
 
     def _stream(self, opened: Opened) -> None:
         """The loop: each row read is skipped (settled before), packed (an item) or passed
@@ -222,7 +241,7 @@ class _Run:
         deliverer = Deliverer(
             client=self.deps.client, api_key=self.deps.api_key, budgets=self.deps.budgets,
             base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,
-            log_context={"integration": self.i.name},
+            log_context={"integration": self.i.name}, guard=self._check_lease,
         )
         mode, stored = self.options.mode, self.stored
         return SendLoop(RunContext(
@@ -233,6 +252,8 @@ class _Run:
             may_move_cursor=lambda position: may_move_cursor(mode, stored, position),
             counts=self.counts, report=self.report,
             on_settled=None if self.differ is None else self.differ.release,
+            names_duplicates=self.resend_in_doubt and not self.kind.idempotent,
+            owner=self.owner,
         ), progress)
 
     # opening -------------------------------------------------------------------------------
@@ -269,6 +290,12 @@ class _Run:
                 f"integration {self.i.name}: this run would delete {rows} users, more than "
                 f"max_deletes ({cap}); nothing was sent. Check the source, then raise "
                 f"max_deletes or rerun with --allow-deletes {rows}")
+
+    def _check_lease(self) -> None:
+        """Before every attempt to send: LeaseLost once this process may no longer own the
+        run."""
+        if self.lease is not None:
+            self.lease.check()
 
     def _count_window(self, window: Window) -> None:
         """The window's row count (one COUNT query), for progress lines only."""

@@ -12,6 +12,9 @@
   what was sent, or `REJECTED`).
 - `Ranges` answers "was this position already settled?" for resumes and backfills.
 - Cursors are stored as JSON text (`encode_cursor`) that decodes to the same Python types.
+- A NULL key value is never None in a cursor: it is `NULL_KEY`, which sorts before every
+  value (as the read query orders it, NULLS FIRST), so cursors compare in Python without a
+  TypeError and a stored cursor holding it still selects every later row (`nulls.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, Literal
+
+from engage_sync.nulls import NULL_KEY
 
 Cursor = tuple[Any, ...]
 """(cursor value, *key values): the position of a row in the total order of a source."""
@@ -141,6 +146,8 @@ def decode_cursor(text: str | None) -> Cursor | None:
 
 
 def _enc(value: Any) -> Any:
+    if value is NULL_KEY:
+        return {"null": True}
     if isinstance(value, datetime):
         return {"dt": value.isoformat()}
     if isinstance(value, date):
@@ -152,6 +159,8 @@ def _enc(value: Any) -> Any:
 
 def _dec(value: Any) -> Any:
     if isinstance(value, dict):
+        if "null" in value:
+            return NULL_KEY
         if "dt" in value:
             return datetime.fromisoformat(value["dt"])
         if "d" in value:

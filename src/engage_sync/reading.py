@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from sqlalchemy.engine import Engine
 
 from engage_sync.config import Integration
@@ -25,8 +26,11 @@ from engage_sync.diffing import Differ, Unchanged
 from engage_sync.extract import SourceSpec, stream_batches
 from engage_sync.items import Item
 from engage_sync.kinds import Kind
-from engage_sync.progress import REJECTED, Cursor, Ranges, digest, encode_cursor, stamp
+from engage_sync.nulls import null_key_reasons, position_value
+from engage_sync.progress import REJECTED, Cursor, digest, stamp
+from engage_sync.sent_rows import SentRows
 from engage_sync.state import StateStore
+from engage_sync.ties import Ties, error_position
 from engage_sync.window import Window
 
 Outcome = Item | tuple[str, str] | Unchanged | None
@@ -45,11 +49,13 @@ class RowBatch:
     def cursor(self, k: int) -> Cursor:
         if self._all is not None:
             return self._all[k]
-        return tuple(column[k].as_py() for column in self.columns)
+        return tuple(position_value(column[k].as_py()) for column in self.columns)
 
     def cursors(self) -> list[Cursor]:
         if self._all is None:
-            self._all = list(zip(*(c.to_pylist() for c in self.columns), strict=True))
+            values = [c.to_pylist() if c.null_count == 0 else
+                      [position_value(v) for v in c.to_pylist()] for c in self.columns]
+            self._all = list(zip(*values, strict=True))
         return self._all
 
 
@@ -65,6 +71,8 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         key_columns=integration.key_columns,
         columns=tuple(dict.fromkeys(cols)),
         reader=integration.warehouse.reader,
+        null_cursor_oldest=integration.null_cursor == "oldest",
+        digested=integration.hidden_key_columns,
     )
 
 
@@ -75,13 +83,13 @@ class Drops:
     lookback: the run re-reads a trailing period; every row's end is remembered (acks), and
         rows at or below `stored` (the cursor when the run opened) whose content was
         acknowledged before are dropped.
-    sent, top: a backfill of events drops the ranges incremental runs settled, and rows above
-        their cursor `top` (the next incremental run sends those).
+    sent, top: a backfill of events drops the rows incremental runs sent (`sent_rows`), and
+        rows above their cursor `top` (the next incremental run sends those).
     """
 
     lookback: bool = False
     stored: Cursor | None = None
-    sent: Ranges | None = None
+    sent: SentRows | None = None
     top: Cursor | None = None
 
 
@@ -97,35 +105,50 @@ class Reader:
 
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
-        seq = 0
-        names = [self.i.cursor_column, *self.i.key_columns]
+        seq, ties = 0, Ties()
         for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
-            result = self.kind.transform(self.i, batch, seq)
-            assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
-            rows = RowBatch([batch.column(n) for n in names], batch.num_rows)
-            for item in result.items:
-                rows.outcomes[item.seq - seq] = item
-            for reject in result.rejects:
-                rows.outcomes[reject.seq - seq] = (reject.key, reject.reason)
+            rows = self._transform(batch, seq)
             if self.drops.lookback and self.drops.stored is not None:
                 self._drop_acknowledged(rows)
             if self.drops.sent is not None:
                 self._drop_sent(rows)
-            if on_rejects is not None and result.rejects:
-                self._record_rejects(rows, on_rejects)
+            self._record_rejects(rows, on_rejects, ties)
             if self.differ is not None:
                 self.differ.apply(rows.outcomes)
             yield rows
             seq += batch.num_rows
+
+    def _transform(self, batch: pa.RecordBatch, seq: int) -> RowBatch:
+        """One outcome per row: the kind's item or reject; a row with a NULL key is rejected
+        (`nulls`) unless the kind rejected it already."""
+        result = self.kind.transform(self.i, batch, seq)
+        assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
+        rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows)
+        for item in result.items:
+            rows.outcomes[item.seq - seq] = item
+        for reject in result.rejects:
+            rows.outcomes[reject.seq - seq] = (reject.key, reject.reason)
+        for k, reason in null_key_reasons(batch, self.i.key_columns).items():
+            outcome = rows.outcomes[k]
+            if isinstance(outcome, Item):
+                rows.outcomes[k] = (outcome.key, reason)
+        return rows
 
     def outcomes(self, window: Window) -> Iterator[Item | tuple[str, str]]:
         """Every outcome of the window in source order, dropped and unchanged rows left out."""
         for rows in self.batches(window):
             yield from (o for o in rows.outcomes if o is not None and not isinstance(o, Unchanged))
 
-    def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None]) -> None:
+    def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None] | None,
+                        ties: Ties) -> None:
+        """Make the batch's rejects durable, each at its own position (`ties`)."""
         rejects = [(k, o) for k, o in enumerate(rows.outcomes) if isinstance(o, tuple)]
-        on_rejects([(encode_cursor(rows.cursor(k)) or "", o[0], o[1]) for k, o in rejects])
+        if not rejects or on_rejects is None:
+            ties.pass_over(rows.cursor, len(rows.outcomes))
+            return
+        ordinals = ties.number(rows.cursors())
+        on_rejects([(error_position(rows.cursor(k), ordinals[k]), o[0], o[1])
+                    for k, o in rejects])
         if self.drops.lookback:
             self.state.record_acks(self.i.name, [
                 (o[0], stamp(rows.cursor(k)[0]), REJECTED) for k, o in rejects])
@@ -135,8 +158,11 @@ class Reader:
         sent, top = self.drops.sent, self.drops.top
         assert sent is not None
         for k, c in enumerate(rows.cursors()):
-            c = tuple(c)
-            if top is None or c > tuple(top) or sent.contains(c):
+            outcome = rows.outcomes[k]
+            if outcome is None or isinstance(outcome, Unchanged):  # (the diff comes after)
+                continue
+            key = outcome.key if isinstance(outcome, Item) else outcome[0]
+            if top is None or tuple(c) > tuple(top) or sent.contains(tuple(c), key):
                 rows.outcomes[k] = None
 
     def _drop_acknowledged(self, rows: RowBatch) -> None:

@@ -3,7 +3,9 @@
 Invariants:
 - a run's window is fixed when it opens and stored with it; a resumed run reads the same
   window again from its progress;
-- a run whose owning process is still alive on this host is refused, never taken over;
+- an unfinished run whose owner's lease has not expired is refused, never taken over, whatever
+  host the owner is on (`lease.py`); one whose lease expired is taken over by exactly one
+  process (a run from before leases: refused while its owner's pid lives on this host);
 - what was in flight at the crash follows the in-doubt policy handed in: sent again
   (`resend`) or counted in doubt and named (`skip`);
 - `Skipper` hands back, in source order, the ranges the journal settled, so the resumed run
@@ -16,11 +18,18 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from engage_sync.errors import RunRefused
 from engage_sync.progress import Cursor, decode_cursor
-from engage_sync.state import JournalEntry, StateStore, owner_alive
+from engage_sync.state import (
+    JournalEntry,
+    StateStore,
+    owner_alive,
+    owner_gone_here,
+    owner_token,
+)
 from engage_sync.window import Window
 
 log = logging.getLogger("engage_sync.resume")
@@ -29,7 +38,8 @@ log = logging.getLogger("engage_sync.resume")
 @dataclass
 class Opened:
     """A run ready to stream: its id, window, the journal entries an earlier attempt settled,
-    and (skip policy) the numbers of the requests in flight at the crash."""
+    and (skip policy) the numbers of the requests in flight at the crash whose rows are still
+    to be named (journaled without their keys)."""
 
     run_id: str
     window: Window
@@ -39,27 +49,31 @@ class Opened:
 
 def open_run(state: StateStore, name: str, mode: str, scope: str | None,
              resend_in_doubt: bool, new_window: Callable[[], Window],
-             before: Callable[[], Any]) -> Opened:
+             before: Callable[[], Any], idempotent: bool = True, owner: str | None = None,
+             lease_seconds: float = 60) -> Opened:
     """Resume the integration's unfinished run of this mode and scope, or open a new one on
-    `new_window()`. Raises RunRefused when the unfinished run's owner is alive."""
+    `new_window()`, owned by `owner` with a lease. Raises RunRefused when the unfinished run's
+    lease has not expired (or another process took it over first). Requests in
+    flight at the crash that are sent again name their rows as possibly doubled unless the
+    kind is `idempotent`."""
     resumed = state.unfinished_run(name, mode, scope)
     if resumed is None:
         window = new_window()
         run_id = state.open_run(name, mode, window.start, window.signpost, window.floor,
-                                scope=scope)
+                                scope=scope, owner=owner, lease_seconds=lease_seconds)
         return Opened(run_id, window)
     run_id = resumed["run_id"]
-    if owner_alive(resumed.get("owner")):
-        raise RunRefused(
-            f"integration {name}: run {resumed['seq']} is still in progress in process "
-            f"{resumed['owner']}; wait for it (one run per integration at a time)")
-    state.take_over(run_id)
+    _refuse_if_owned(name, resumed)
+    dead = owner_gone_here(resumed.get("owner"))
+    if not state.take_over(run_id, owner or owner_token(), resumed.get("owner"),
+                           lease_seconds, expired_only=not dead):
+        raise RunRefused(f"integration {name}: run {resumed['seq']} was just taken over by "
+                         "another process; one run per integration at a time")
     crashed: set[int] = set()
     if resend_in_doubt:
-        state.drop_pending(run_id)
+        state.drop_pending(run_id, name, name_duplicates=not idempotent)
     else:  # at most once: what was in flight at the crash is in doubt, not re-sent
-        crashed = {e.req_no for e in state.journal_entries(run_id) if e.state == "pending"}
-        state.mark_pending_in_doubt(run_id)
+        crashed = state.mark_pending_in_doubt(run_id, name)
     signpost = decode_cursor(resumed["signpost"])
     floor = decode_cursor(resumed["floor"])
     window = Window(start=decode_cursor(resumed["progress"]),
@@ -68,6 +82,22 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     done = [e for e in state.journal_entries(run_id) if e.state != "pending"]
     log.info("integration %s: resuming run %s", name, run_id)
     return Opened(run_id, window, done, crashed)
+
+
+def _refuse_if_owned(name: str, run: dict[str, Any]) -> None:
+    """RunRefused while the run's lease holds, unless its owner is a dead process of this host
+    (or, for a run from before leases, while its owner's pid lives on this host)."""
+    until = run.get("lease_until")
+    if until is None:
+        alive = owner_alive(run.get("owner"))
+    else:
+        until = until if until.tzinfo is not None else until.replace(tzinfo=UTC)
+        alive = until > datetime.now(UTC) and not owner_gone_here(run.get("owner"))
+    if alive:
+        held = f" (its lease runs until {until.isoformat()})" if until is not None else ""
+        raise RunRefused(
+            f"integration {name}: run {run['seq']} is still in progress in process "
+            f"{run['owner']}{held}; wait for it (one run per integration at a time)")
 
 
 class Skipper:

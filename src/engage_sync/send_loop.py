@@ -18,16 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from engage_sync import resends
 from engage_sync.batching import Batch
 from engage_sync.deliver import Deliverer
 from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.items import Item, users_of
 from engage_sync.progress import Cursor, Progress, Segment, digest
 from engage_sync.request import Request
-from engage_sync.state import JournalEntry, Settlement, StateStore
+from engage_sync.resends import resent_after_doubt
+from engage_sync.state import JournalEntry, Settlement, StateStore, request_position
 
 log = logging.getLogger("engage_sync.send_loop")
 
@@ -77,6 +79,10 @@ class RunContext:
     counts: dict[str, int]
     report: Callable[[], None]
     on_settled: Callable[[Sequence[Item]], None] | None = None
+    names_duplicates: bool = False
+    """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
+    owner: str | None = None
+    """The run's owner: journal writes and settlements are fenced on it (`lease`)."""
 
 
 class SendLoop:
@@ -104,7 +110,9 @@ class SendLoop:
         assert segment.batch is not None
         if self.stopped is not None:
             raise self.stopped
-        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(segment.batch.items))
+        items = segment.batch.items
+        keys = tuple(i.key for i in items) if self.group == 1 else None  # exact journal
+        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(items), keys=keys)
         self.progress.add(segment)
         self.queue.append(segment)
         if len(self.queue) >= self.group:
@@ -120,10 +128,12 @@ class SendLoop:
             users = self._users(segment)
             self._make_room(users)
             if not self.halted and segment.entry is not None:
-                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry])
+                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry],
+                                               owner=self.ctx.owner)
                 self._send(segment, users)
             return
-        self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry])
+        self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
+                                       owner=self.ctx.owner)
         for segment in queue:
             users = self._users(segment)
             self._make_room(users)
@@ -192,20 +202,34 @@ class SendLoop:
             self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
             acked_rows=acked, acked_fields=[(i.user, i.fields) for i in delivered if i.fields],
-            points=sum(i.points for i in delivered))
+            points=sum(i.points for i in delivered), owner=self.ctx.owner)
         if self.ctx.on_settled is not None:
             self.ctx.on_settled([i for s, _ in self.unsaved if s.batch for i in s.batch.items])
         self.unsaved = []
         self.ctx.report()
 
     def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
+        """How the request ended, with the rows that may be doubled (`resends`)."""
+        settlement = self._ended(segment, future)
+        if not self.ctx.names_duplicates or future.exception() is not None \
+                or not resent_after_doubt(future.result()):
+            return settlement
+        assert segment.batch is not None
+        failed = {position for position, _, _ in settlement.failed}
+        doubled = [(p, item.key, resends.AFTER_DOUBT) for p, item in
+                   ((request_position(settlement.req_no, k), item)
+                    for k, item in enumerate(segment.batch.items)) if p not in failed]
+        self.ctx.counts["duplicated"] = self.ctx.counts.get("duplicated", 0) + len(doubled)
+        return replace(settlement, duplicated=doubled)
+
+    def _ended(self, segment: Outgoing, future: Future[Any]) -> Settlement:
         assert segment.batch is not None and segment.entry is not None
         items, req_no, counts = segment.batch.items, segment.entry.req_no, self.ctx.counts
 
         def rows(reason: str, errors: dict[int, str] | None = None
                  ) -> list[tuple[str, str, str]]:
             errors = errors or {}
-            return [(f"req{req_no}:{k}", i.key, errors.get(k, reason))
+            return [(request_position(req_no, k), i.key, errors.get(k, reason))
                     for k, i in enumerate(items)]
 
         try:
@@ -215,24 +239,32 @@ class SendLoop:
             reason = f"internal error while sending: {type(exc).__name__}"
             counts["in_doubt"] += len(items)
             return Settlement(req_no, "in_doubt", 0, in_doubt=rows(reason), reason=reason)
-        if outcome.unmapped_errors:
-            log.warning("integration %s: request %s: the service reported %d errors that name "
-                        "no item of the request: %s", self.ctx.integration, req_no,
-                        len(outcome.unmapped_errors), "; ".join(outcome.unmapped_errors[:3]))
+        unmapped = self._unmapped(req_no, outcome.unmapped_errors)
         if outcome.kind == "ok":
-            failed = [(f"req{req_no}:{k}", items[k].key, reason)
+            failed = [(request_position(req_no, k), items[k].key, reason)
                       for k, reason in sorted(outcome.item_errors.items())]
             counts["synced"] += len(items) - len(failed)
             counts["failed"] += len(failed)
             segment.acked = tuple(i for k, i in enumerate(items) if k not in outcome.item_errors)
-            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed)
+            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed,
+                              unmapped=unmapped)
         if outcome.kind == "in_doubt":
             counts["in_doubt"] += len(items)
             return Settlement(req_no, "in_doubt", 0, in_doubt=rows(outcome.reason),
                               reason=outcome.reason)
         counts["failed"] += len(items)
         return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
-                          reason=outcome.reason)
+                          reason=outcome.reason, unmapped=unmapped)
+
+    def _unmapped(self, req_no: int, errors: tuple[str, ...]) -> list[tuple[str, str, str]]:
+        """Errors of an answer that name no item of the request: kept as the run's errors of
+        kind `unmapped`, keyed by the request (none of its rows is known to be at fault)."""
+        if errors:
+            log.warning("integration %s: request %s: the service reported %d errors that name "
+                        "no item of the request: %s", self.ctx.integration, req_no,
+                        len(errors), "; ".join(errors[:3]))
+        return [(f"req{req_no}:unmapped:{n}", f"request {req_no}", error)
+                for n, error in enumerate(errors)]
 
     def drain(self) -> None:
         """Send what is queued, wait for everything in flight, save; raises FatalStop after a

@@ -15,19 +15,23 @@ SQLite file by default, PostgreSQL by URL for teams. Invariants:
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync import field_record
+from engage_sync.errors import LeaseLost
 from engage_sync.progress import decode_cursor, encode_cursor
+from engage_sync.resends import AFTER_KILL
 from engage_sync.state_schema import (
     SETTLED,
     acks,
@@ -48,6 +52,10 @@ class RunCounts:
     failed: int = 0
     in_doubt: int = 0
     rejected: int = 0
+    unmapped: int = 0
+    """Service errors that named no item of their request (not rows: not in the row counts)."""
+    duplicated: int = 0
+    """Rows that may have reached the service twice (also counted by how they ended)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,8 @@ class JournalEntry:
     end: tuple[Any, ...]
     items: int
     state: str = "pending"
+    keys: tuple[str, ...] | None = None
+    """The row keys of its items (exact journals), to name them if it is left in flight."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,10 @@ class Settlement:
     failed: Sequence[tuple[str, str, str]] = ()
     in_doubt: Sequence[tuple[str, str, str]] = ()
     reason: str | None = None
+    unmapped: Sequence[tuple[str, str, str]] = ()
+    """Errors of the answer that name no item: (position, "request N", reason)."""
+    duplicated: Sequence[tuple[str, str, str]] = ()
+    """Rows sent again after a doubtful attempt, that may be doubled (`resends`)."""
 
 
 def _now() -> datetime:
@@ -81,23 +95,37 @@ def owner_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+_OWNER = re.compile(r"^(?P<host>[^:]*):(?P<pid>\d+)(?::[0-9a-f]+)?$")
+
+
+def _local_pid(owner: str | None) -> int | None:
+    """The pid of an owner token ("host:pid" or "host:pid:attempt") of this host, else None."""
+    match = _OWNER.match(owner or "")
+    if match is None or match["host"] != socket.gethostname():
+        return None
+    return int(match["pid"])
+
+
 def owner_alive(owner: str | None) -> bool:
     """Whether the process that owns a run is alive on this host (another process than this).
-
-    Owners on other hosts cannot be checked from here and count as gone: across hosts, keep
-    one run per integration with a Prefect concurrency limit on the deployment."""
-    if not owner or ":" not in owner:
-        return False
-    host, _, pid_text = owner.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    Owners on other hosts cannot be checked from here and count as gone (runs from before
+    leases only: `lease.py` decides for the others)."""
+    pid = _local_pid(owner)
+    if pid is None or pid == os.getpid():
         return False
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def owner_gone_here(owner: str | None) -> bool:
+    """Whether the owner is surely not running: a process of this host that is dead, or an
+    earlier attempt of this very process. A lease need not run out for such an owner."""
+    return _local_pid(owner) is not None and not owner_alive(owner)
 
 
 class StateStore:
@@ -106,8 +134,7 @@ class StateStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         metadata.create_all(engine)
-        with engine.begin() as conn:
-            add_missing_columns(conn)
+        add_missing_columns(engine)
 
     @classmethod
     def from_url(cls, url: str) -> StateStore:
@@ -158,8 +185,13 @@ class StateStore:
         job_status: str = "running",
         message: str | None = None,
         scope: str | None = None,
+        owner: str | None = None,
+        lease_seconds: float | None = None,
     ) -> str:
+        """A new run, owned by `owner` (default: this process) with a lease of
+        `lease_seconds` if given."""
         run_id = str(uuid.uuid4())
+        lease_until = _now() + timedelta(seconds=lease_seconds) if lease_seconds else None
         with self.engine.begin() as conn:
             seq = (conn.scalar(
                 sa.select(sa.func.max(runs.c.seq)).where(runs.c.integration == integration)
@@ -170,16 +202,46 @@ class StateStore:
                 window_start=encode_cursor(window_start),
                 signpost=encode_cursor([signpost]) if signpost else None,
                 floor=encode_cursor([floor]) if floor else None,
-                progress=encode_cursor(window_start), message=message, owner=owner_token(),
+                progress=encode_cursor(window_start), message=message,
+                owner=owner or owner_token(), lease_until=lease_until,
                 last_timestamp_synced=_iso(window_start[0]) if window_start else None,
                 rows_synced=0, rows_failed_with_errors=0, rows_rejected=0, rows_in_doubt=0,
                 requests_sent=0,
             ))
         return run_id
 
-    def take_over(self, run_id: str) -> None:
+    def take_over(self, run_id: str, owner: str, previous: str | None,
+                  lease_seconds: float, expired_only: bool = True) -> bool:
+        """Take an unfinished run over from `previous` if its lease expired (or it never had
+        one; any lease if not `expired_only`, for an owner known dead): a compare-and-set, so
+        of two processes racing for it one wins. Returns whether this one did."""
+        now = _now()
+        same = runs.c.owner.is_(None) if previous is None else runs.c.owner == previous
+        expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < now)
         with self.engine.begin() as conn:
-            conn.execute(runs.update().where(runs.c.run_id == run_id).values(owner=owner_token()))
+            return conn.execute(runs.update().where(
+                runs.c.run_id == run_id, same, expired if expired_only else sa.true(),
+            ).values(owner=owner, lease_until=now + timedelta(seconds=lease_seconds))
+            ).rowcount == 1
+
+    def renew_lease(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        """Extend the lease of a run `owner` still owns; False when it owns it no more."""
+        with self.engine.begin() as conn:
+            return conn.execute(runs.update().where(
+                runs.c.run_id == run_id, runs.c.owner == owner,
+                runs.c.job_status == "running",
+            ).values(lease_until=_now() + timedelta(seconds=lease_seconds))).rowcount == 1
+
+    @staticmethod
+    def _fence(conn: Connection, run_id: str, owner: str | None) -> None:
+        """Within a write's transaction: raise LeaseLost (rolling the write back) unless
+        `owner` still owns the run. The row lock it takes orders it with a take-over."""
+        if owner is None:
+            return
+        held = conn.execute(runs.update().where(runs.c.run_id == run_id, runs.c.owner == owner)
+                            .values(owner=owner)).rowcount
+        if held != 1:
+            raise LeaseLost(f"run {run_id}: another process owns the run now; nothing written")
 
     def run(self, run_id: str) -> dict[str, Any]:
         with self.engine.connect() as conn:
@@ -193,6 +255,7 @@ class StateStore:
                 job_status=job_status, sync_finish_time=_now(), message=message,
                 rows_synced=counts.synced, rows_failed_with_errors=counts.failed,
                 rows_in_doubt=counts.in_doubt, rows_rejected=counts.rejected,
+                errors_unmapped=counts.unmapped, rows_possibly_duplicated=counts.duplicated,
             ))
         self.compact_journal(run_id)
 
@@ -206,7 +269,7 @@ class StateStore:
             rows = conn.execute(sa.select(
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
                 journal.c.state, journal.c.failed, journal.c.in_doubt,
-                journal.c.item_count, journal.c.synced,
+                journal.c.item_count, journal.c.synced, journal.c.item_keys,
             ).where(journal.c.run_id == run_id)).all()
             ordered = sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
             groups: list[list[Any]] = []
@@ -224,22 +287,27 @@ class StateStore:
                     journal.c.run_id == run_id, journal.c.req_no == group[0].req_no,
                 ).values(end_cursor=group[-1].end_cursor,
                          item_count=sum(r.item_count for r in group),
-                         synced=sum(r.synced for r in group)))
+                         synced=sum(r.synced for r in group),
+                         item_keys=_merged_keys(r.item_keys for r in group)))
                 removed += [r.req_no for r in group[1:]]
             for i in range(0, len(removed), 500):
                 conn.execute(journal.delete().where(
                     journal.c.run_id == run_id, journal.c.req_no.in_(removed[i:i + 500])))
         return len(removed)
 
-    def journal_pending(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
-        """Record requests before they are sent (rule 4), in one transaction."""
+    def journal_pending(self, run_id: str, entries: Sequence[JournalEntry],
+                        owner: str | None = None) -> None:
+        """Record requests before they are sent (rule 4), in one transaction, fenced on
+        `owner` if given."""
         if not entries:
             return
         with self.engine.begin() as conn:
+            self._fence(conn, run_id, owner)
             conn.execute(journal.insert(), [
                 {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
                  "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
-                 "synced": 0, "failed": 0, "in_doubt": 0}
+                 "synced": 0, "failed": 0, "in_doubt": 0,
+                 "item_keys": None if e.keys is None else json.dumps(e.keys)}
                 for e in entries
             ])
             conn.execute(runs.update().where(runs.c.run_id == run_id)
@@ -255,12 +323,14 @@ class StateStore:
         acked_rows: Sequence[tuple[str, str, str]] = (),
         acked_fields: Sequence[tuple[str, bytes]] = (),
         points: int = 0,
+        owner: str | None = None,
     ) -> None:
         """Settle journal entries, record their failed / in-doubt rows, the field digests and
         data points of the objects the service acknowledged (`acked_fields`: (user, encoded
         delta), `points`) and, if given, move the run's progress and the integration cursor,
-        all in one transaction."""
+        all in one transaction, fenced on `owner` if given."""
         with self.engine.begin() as conn:
+            self._fence(conn, run_id, owner)
             field_record.merge(conn, integration, acked_fields)
             if points:
                 conn.execute(runs.update().where(runs.c.run_id == run_id).values(
@@ -280,6 +350,10 @@ class StateStore:
             in_doubt = [row for s in settlements for row in s.in_doubt]
             self._insert_errors(conn, run_id, integration, "failed", failed)
             self._insert_errors(conn, run_id, integration, "in_doubt", in_doubt)
+            self._insert_errors(conn, run_id, integration, "unmapped",
+                                [row for s in settlements for row in s.unmapped])
+            self._insert_errors(conn, run_id, integration, "duplicate",
+                                [row for s in settlements for row in s.duplicated])
             self._insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 self._advance(conn, run_id, integration, progress, move_cursor)
@@ -357,31 +431,47 @@ class StateStore:
                 for r in rows]
 
     def settled_ranges(self, integration: str, modes: Sequence[str]
-                       ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...]]]:
+                       ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
         """(start, end] cursor ranges of requests that runs of these modes sent and the service
-        acknowledged or may have processed (in doubt), in journal order."""
+        acknowledged or may have processed (in doubt), in journal order, each with the row
+        keys of its items (None when the journal did not keep them)."""
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.select(journal.c.start_cursor, journal.c.end_cursor)
+                sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
                 .join(runs, runs.c.run_id == journal.c.run_id)
                 .where(runs.c.integration == integration, runs.c.mode.in_(list(modes)),
                        journal.c.state.in_(["acked", "in_doubt", "pending"]))
             ).all()
-        return [(decode_cursor(r[0]), decode_cursor(r[1]) or ()) for r in rows]
+        return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),
+                 None if r[2] is None else json.loads(r[2])) for r in rows]
 
-    def drop_pending(self, run_id: str) -> int:
-        """Forget entries left pending by a crash whose rows will be sent again."""
+    def drop_pending(self, run_id: str, integration: str, name_duplicates: bool = False) -> int:
+        """Forget entries left pending by a crash whose rows will be sent again; with
+        `name_duplicates` (a kind that is not idempotent), name their rows as possibly doubled
+        (from the keys the journal kept) in the same transaction."""
         with self.engine.begin() as conn:
+            pending = conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+                journal.c.run_id == run_id, journal.c.state == "pending")).all()
+            if name_duplicates:
+                self._insert_errors(conn, run_id, integration, "duplicate",
+                                    _keyed(pending, AFTER_KILL))
             return conn.execute(journal.delete().where(
                 journal.c.run_id == run_id, journal.c.state == "pending")).rowcount
 
-    def mark_pending_in_doubt(self, run_id: str) -> int:
-        """Entries left pending by a crash, not to be sent again: their rows are in doubt."""
+    def mark_pending_in_doubt(self, run_id: str, integration: str) -> set[int]:
+        """Entries left pending by a crash, not to be sent again: their rows are in doubt, and
+        named (from the keys the journal kept) in the same transaction, so no later kill can
+        lose their names. Returns the entries whose keys were not kept (journaled by an
+        older version, or grouped): their rows are named when read again."""
+        reason = "the run stopped while the request was in flight"
         with self.engine.begin() as conn:
-            return conn.execute(journal.update().where(
+            pending = conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+                journal.c.run_id == run_id, journal.c.state == "pending")).all()
+            conn.execute(journal.update().where(
                 journal.c.run_id == run_id, journal.c.state == "pending",
-            ).values(state="in_doubt", in_doubt=journal.c.item_count,
-                     reason="the run stopped while the request was in flight")).rowcount
+            ).values(state="in_doubt", in_doubt=journal.c.item_count, reason=reason))
+            self._insert_errors(conn, run_id, integration, "in_doubt", _keyed(pending, reason))
+        return {r.req_no for r in pending if r.item_keys is None}
 
     # row errors ----------------------------------------------------------------------------
     def record_errors(self, run_id: str, integration: str, kind: str,
@@ -412,11 +502,15 @@ class StateStore:
                 sa.func.coalesce(sa.func.sum(journal.c.failed), 0),
                 sa.func.coalesce(sa.func.sum(journal.c.in_doubt), 0),
             ).where(journal.c.run_id == run_id)).one()
-            rejected = conn.scalar(
-                sa.select(sa.func.count()).select_from(row_errors)
-                .where(row_errors.c.run_id == run_id, row_errors.c.kind == "rejected"))
+            kinds = {str(kind): int(n) for kind, n in conn.execute(
+                sa.select(row_errors.c.kind, sa.func.count()).where(
+                    row_errors.c.run_id == run_id,
+                    row_errors.c.kind.in_(["rejected", "unmapped", "duplicate"]))
+                .group_by(row_errors.c.kind))}
         return RunCounts(synced=int(j[0]), failed=int(j[1]), in_doubt=int(j[2]),
-                         rejected=int(rejected or 0))
+                         rejected=int(kinds.get("rejected", 0)),
+                         unmapped=int(kinds.get("unmapped", 0)),
+                         duplicated=int(kinds.get("duplicate", 0)))
 
     def errors(self, integration: str, limit: int = 100) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -435,6 +529,12 @@ class StateStore:
                 row_errors.c.recorded_at < older_than,
                 row_errors.c.run_id.not_in(running))).rowcount
 
+    def set_run_count(self, run_id: str, column: str, value: int) -> None:
+        """Set one of a run's own counts that the journal does not hold (e.g.
+        `rows_skipped_null_cursor`)."""
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values({column: value}))
+
     def set_message(self, run_id: str, message: str) -> None:
         """Say why on a finished run's record (an alert), leaving its times and counts."""
         with self.engine.begin() as conn:
@@ -452,6 +552,27 @@ class StateStore:
         with self.engine.connect() as conn:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
                                    .where(runs.c.integration == integration)) or 0)
+
+
+def _merged_keys(keys: Iterable[str | None]) -> str | None:
+    """The item keys of merged journal entries: all of them, or None if one lacks them."""
+    merged: list[str] = []
+    for text in keys:
+        if text is None:
+            return None
+        merged.extend(json.loads(text))
+    return json.dumps(merged)
+
+
+def _keyed(entries: Sequence[Any], reason: str) -> list[tuple[str, str, str]]:
+    """Row errors naming the items of journal entries (req_no, item_keys) that kept keys."""
+    return [(request_position(r.req_no, k), key, reason) for r in entries
+            if r.item_keys is not None for k, key in enumerate(json.loads(r.item_keys))]
+
+
+def request_position(req_no: int, k: int) -> str:
+    """The row-error position of item `k` of request `req_no` (failed and in-doubt rows)."""
+    return f"req{req_no}:{k}"
 
 
 def _iso(value: Any) -> str:

@@ -3,8 +3,9 @@
 `engage_cursors` one row per integration; `engage_runs` one row per run (its window, progress
 and totals); `engage_journal` one row per request (or per merged stretch of acknowledged
 requests after compaction); `engage_row_errors` rejected, failed and in-doubt rows (keys and
-reasons, never payload values); `engage_acks` what lookback remembers; `engage_fields` what
-the field-level diff remembers (digests, never values).
+reasons, never payload values), and service errors that name no row (kind `unmapped`, keyed by
+their request); `engage_acks` what lookback remembers; `engage_fields` what the field-level
+diff remembers (digests, never values).
 """
 
 from __future__ import annotations
@@ -47,13 +48,19 @@ runs = sa.Table(
     sa.Column("rows_rejected", sa.Integer, nullable=False, default=0),
     sa.Column("rows_in_doubt", sa.Integer, nullable=False, default=0),
     sa.Column("requests_sent", sa.Integer, nullable=False, default=0),
+    # added after the first release: `add_missing_columns` adds them to older databases
     sa.Column("rows_unchanged", sa.BigInteger, nullable=False, default=0, server_default="0"),
     sa.Column("data_points_sent", sa.BigInteger, nullable=False, default=0,
               server_default="0"),
     sa.Column("data_points_saved", sa.BigInteger, nullable=False, default=0,
               server_default="0"),
+    sa.Column("rows_skipped_null_cursor", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("errors_unmapped", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("rows_possibly_duplicated", sa.Integer, nullable=False, server_default="0"),
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
+    # added after the first release (`add_missing_columns`): the owner's lease (`lease.py`)
+    sa.Column("lease_until", sa.DateTime(timezone=True)),
     sa.UniqueConstraint("integration", "seq", name="uq_engage_runs_integration_seq"),
 )
 
@@ -70,6 +77,10 @@ journal = sa.Table(
     sa.Column("failed", sa.Integer, nullable=False, default=0),
     sa.Column("in_doubt", sa.Integer, nullable=False, default=0),
     sa.Column("reason", sa.Text),
+    # added after the first release (`add_missing_columns`): the row keys of the request's
+    # items, as a JSON list, so a request left in flight by a kill is named in the transaction
+    # that marks it in doubt or re-sent (exact journals only; NULL for grouped journals)
+    sa.Column("item_keys", sa.Text),
 )
 
 row_errors = sa.Table(
@@ -107,20 +118,13 @@ fields = sa.Table(
 (`field_diff.encode`: 12 bytes per attribute). `user_key` is a 128-bit hash of the user
 reference, so neither values nor identifiers are copied here."""
 
-ADDED_COLUMNS = ("rows_unchanged", "data_points_sent", "data_points_saved")
-"""Columns of `engage_runs` added after its first release: `add_missing_columns` adds them to
-a database made before."""
+ADDED_COLUMNS = ("rows_unchanged", "data_points_sent", "data_points_saved",
+                 "rows_skipped_null_cursor", "errors_unmapped", "rows_possibly_duplicated",
+                 "lease_until")
+"""Columns of `engage_runs` added after its first release (`add_missing_columns` adds every
+declared column an older database lacks; tests build such a database from this list)."""
 
 SETTLED = ("acked", "failed", "in_doubt")
-
-
-def add_missing_columns(conn: Connection) -> None:
-    """Add the columns of `ADDED_COLUMNS` that an older `engage_runs` lacks (default 0)."""
-    have = {c["name"] for c in sa.inspect(conn).get_columns(runs.name)}
-    for name in ADDED_COLUMNS:
-        if name not in have:
-            conn.execute(sa.text(
-                f"ALTER TABLE {runs.name} ADD COLUMN {name} BIGINT NOT NULL DEFAULT 0"))
 
 
 def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
@@ -147,6 +151,30 @@ def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
         elif conn.scalar(sa.select(sa.func.count()).select_from(table).where(*match)):
             continue
         conn.execute(table.insert().values(**value))
+
+
+def add_missing_columns(engine: sa.Engine) -> list[str]:
+    """Add the columns this version declares that an older state database lacks (each is
+    nullable or has a server default, so existing rows stay valid). Returns "table.column" of
+    each added."""
+    inspector = sa.inspect(engine)
+    added: list[str] = []
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                kind = column.type.compile(dialect=conn.dialect)
+                if column.server_default is not None:
+                    default = column.server_default.arg  # type: ignore[attr-defined]
+                    kind += f" NOT NULL DEFAULT {default}"
+                else:
+                    assert column.nullable, f"{table.name}.{column.name} needs a default"
+                conn.exec_driver_sql(
+                    f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+                added.append(f"{table.name}.{column.name}")
+    return added
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

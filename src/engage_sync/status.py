@@ -5,7 +5,8 @@ last_timestamp_synced, rows_synced, rows_failed_with_errors) and the billed data
 (data_points_sent: those of the objects the service acknowledged; data_points_saved: those the
 field-level diff left out; additive keys, so a reader of the service's records still reads
 ours), plus, when extended, engage-sync's own counts (rows_read, rows_rejected, rows_in_doubt,
-rows_unchanged: read and not sent because nothing in them changed, mode, run_id, message).
+rows_unchanged: read and not sent because nothing in them changed, rows_skipped_null_cursor,
+errors_unmapped, rows_possibly_duplicated, mode, run_id, message).
 Pages hold 10 records, newest first; the cursor is the run sequence number of the first record
 of a page, base64-encoded, so pages stay stable while new runs are added. Reads the state
 tables directly (the status part may use SQLAlchemy); never decides control flow.
@@ -90,6 +91,9 @@ def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
         rec["rows_rejected"] = int(run["rows_rejected"])
         rec["rows_in_doubt"] = int(run["rows_in_doubt"])
         rec["rows_unchanged"] = int(run.get("rows_unchanged") or 0)
+        rec["rows_skipped_null_cursor"] = int(run.get("rows_skipped_null_cursor") or 0)
+        rec["errors_unmapped"] = int(run.get("errors_unmapped") or 0)
+        rec["rows_possibly_duplicated"] = int(run.get("rows_possibly_duplicated") or 0)
         rec["mode"] = run["mode"]
         rec["run_id"] = run["run_id"]
         if run.get("message"):

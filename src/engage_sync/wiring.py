@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from engage_sync import secrets
+from engage_sync import key_digest, secrets
 from engage_sync.config import Integration, load_integration
 from engage_sync.errors import ConfigError
 from engage_sync.pipeline import Deps, DryRun, RunOptions, dry_run, run_sync
@@ -54,6 +54,8 @@ def warehouse_engine(integration: Integration) -> sa.Engine:
             # spill to disk instead, which keeps the sync's memory flat with the row count.
             # SET (not connect-time config) so other connections to the file stay compatible.
             sa.event.listen(engine, "connect", _limit_duckdb_memory)
+        if engine.dialect.name == "sqlite":  # digests of payload key columns (key_digest)
+            sa.event.listen(engine, "connect", key_digest.sqlite_md5)
         return engine
     except Exception as exc:
         raise ConfigError(

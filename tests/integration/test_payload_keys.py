@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import cli
+from engage_sync import cli, key_digest
 from engage_sync.state import StateStore
 from engage_sync.status import run_errors
 from engage_sync.wiring import sync_file
@@ -22,9 +22,8 @@ EMAILS = ("ann@example.com", "bob@example.org")
 PHONES = ("+15551234567", "+4915112345678")
 SECRETS = EMAILS + PHONES
 
-# Positions (the cursor of a row: UPDATED_AT, key values) still hold the raw PAYLOAD value:
-# the cursor is compared in the warehouse's SQL. Left to the cursor work of issue 12 (see the
-# strict xfail below); every other text column must be clean.
+# Positions (the cursor of a row: UPDATED_AT, key values) hold the PAYLOAD as its MD5, ordered
+# in the warehouse's SQL (key_digest.py); test_no_payload_value_in_cursors checks them too.
 CURSOR_COLUMNS = {("engage_cursors", "cursor"), ("engage_runs", "window_start"),
                   ("engage_runs", "progress"),
                   ("engage_journal", "start_cursor"), ("engage_journal", "end_cursor"),
@@ -104,11 +103,50 @@ def test_no_payload_value_in_row_keys(
     assert _leaks({w: v for w, v in texts.items() if w not in CURSOR_COLUMNS}) == {}
 
 
-@pytest.mark.xfail(strict=True, reason="cursors hold the row key's raw values for the "
-                   "warehouse's ORDER BY; payload-format event cursors need a digest column "
-                   "ordered in SQL (issue 12, left to the cursor work)")
+@pytest.mark.parametrize("kind", ["events", "purchases"])
 def test_no_payload_value_in_cursors(
+    kind: str, warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    _run(kind, warehouse, service, state, tmp_path)
+    texts = _state_texts(state)
+    assert texts[("engage_cursors", "cursor")]  # the cursor was stored, as an MD5
+    assert _leaks(texts) == {}
+
+
+def test_rows_tied_on_time_and_identifier_are_read_once_by_payload_digest(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
 ) -> None:
-    _run("events", warehouse, service, state, tmp_path)
-    assert _leaks(_state_texts(state)) == {}
+    """Rows that share UPDATED_AT and the identifier are told apart by the MD5 of PAYLOAD, in
+    the warehouse's order and in Python's alike: a second run reads only what is new, and an
+    older cursor holding the raw PAYLOAD is turned into its digest."""
+    users_table(warehouse, "events_sync")
+    rows = [{"updated_at": T0, "external_id": "u1",
+             "payload": json.dumps({"name": "e", "properties": {"eid": f"a{n}"}})}
+            for n in range(40)]
+    warehouse.insert("events_sync", rows)
+    path = write_integration(tmp_path, "events", {
+        "kind": "events", "warehouse": {"url": warehouse.url},
+        "source": {"table": "events_sync"},
+        "service": {"base_url": service.base_url, "retry_deadline_seconds": 60},
+        "extract_batch_rows": 100})
+    first = sync_file(path, store=state).record
+    assert first is not None and first["rows_synced"] == 40
+    stored = state.cursor("events")
+    assert stored is not None and len(str(stored[2])) == 32
+    # the last row in the warehouse's order is the greatest digest in Python's: they agree
+    assert stored[2] == max(key_digest.python_md5(r["payload"]) for r in rows)
+    warehouse.insert("events_sync", [
+        {"updated_at": T0, "external_id": "u1",
+         "payload": json.dumps({"name": "e", "properties": {"eid": "late"}})}])
+    second = sync_file(path, store=state).record
+    assert second is not None  # the late row sorts before or after the cursor by its digest
+    assert second["rows_read"] == (1 if md5_after(rows, stored) else 0)
+    legacy = (stored[0], stored[1], next(r["payload"] for r in rows
+                                         if key_digest.python_md5(r["payload"]) == stored[2]))
+    assert key_digest.migrate(legacy, ("EXTERNAL_ID", "PAYLOAD"),
+                              frozenset({"PAYLOAD"})) == tuple(stored)
+
+
+def md5_after(rows: list[dict[str, Any]], stored: tuple[Any, ...]) -> bool:
+    late = json.dumps({"name": "e", "properties": {"eid": "late"}})
+    return key_digest.python_md5(late) > stored[2]

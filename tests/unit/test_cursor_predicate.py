@@ -10,9 +10,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.sql import elements
+from sqlalchemy.sql import elements, operators
 
 from engage_sync.extract import SourceSpec, build_query
+from engage_sync.nulls import NULL_KEY, position_value
 from engage_sync.window import Window
 
 SPEC = SourceSpec(integration="t", table="src", schema=None, query=None,
@@ -32,7 +33,11 @@ def evaluate(clause: Any, row: dict[str, Any]) -> bool:
         return evaluate(clause.element, row)
     assert isinstance(clause, elements.BinaryExpression), type(clause)
     left = row[clause.left.name]
+    if clause.operator in (operators.is_, operators.is_not):  # IS NULL, IS NOT NULL
+        return (left is None) == (clause.operator is operators.is_)
     right = clause.right.value
+    if left is None or right is None:  # SQL: a comparison with NULL is not true
+        return False
     return bool(OPS[clause.operator](left, right))
 
 
@@ -69,6 +74,31 @@ def test_postgresql_orders_text_columns_by_bytes_and_keeps_the_cursor_order() ->
     query = build_query(SPEC, RESOLVED, Window(start=(1, "a", 0), signpost=9),
                         binary=frozenset({"K1"}))
     sql = str(query.compile(dialect=postgresql.dialect()))
-    assert 'ORDER BY updated_at, k1 COLLATE "C", k2' in sql
+    assert 'ORDER BY updated_at, (k1 COLLATE "C") NULLS FIRST, k2 NULLS FIRST' in sql
     assert '(k1 COLLATE "C") > ' in sql and "updated_at <= " in sql
     assert "FROM src" in sql
+
+
+def _position(r: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(position_value(v) for v in r)
+
+
+nullable_row = st.tuples(st.integers(0, 3), st.sampled_from([None, "", "a", "b"]),
+                         st.sampled_from([None, 0, 1]))
+
+
+@given(st.lists(nullable_row, max_size=30, unique=True), nullable_row)
+def test_null_keys_sort_first_in_sql_as_in_python(
+    rows: list[tuple[Any, ...]], start: tuple[Any, ...],
+) -> None:
+    """Issue 12, hole 7: a stored cursor holding a NULL key (NULL_KEY) still selects every row
+    after it, and NULL keys order the same in the predicate and in Python."""
+    cursor = _position(start)
+    expected = [r for r in rows if _position(r) > cursor]
+    assert selected(Window(start=cursor, signpost=None), rows) == expected
+
+
+def test_a_cursor_ending_in_a_null_key_keeps_the_rows_after_it_at_its_time() -> None:
+    rows = [(1, None, 0), (1, "a", 0), (2, None, None)]
+    assert selected(Window(start=(1, NULL_KEY, 0), signpost=None), rows) == rows[1:]
+    assert sorted(map(_position, rows)) == list(map(_position, rows))

@@ -29,13 +29,15 @@ class FakeState:
         self.progress: list[Cursor] = []
         self.lock = threading.Lock()
 
-    def journal_pending(self, run_id: str, entries: list[JournalEntry]) -> None:
+    def journal_pending(self, run_id: str, entries: list[JournalEntry],
+                        owner: str | None = None) -> None:
         with self.lock:
             self.journaled += [e.req_no for e in entries]
 
     def settle(self, run_id: str, integration: str, settlements: list[Settlement],
                progress: Cursor | None = None, move_cursor: bool = True,
-               acked_rows: Any = (), acked_fields: Any = (), points: int = 0) -> None:
+               acked_rows: Any = (), acked_fields: Any = (), points: int = 0,
+               owner: str | None = None) -> None:
         with self.lock:
             self.settled += [(s.state, s.req_no) for s in settlements]
             if progress is not None:

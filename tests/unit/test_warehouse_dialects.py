@@ -55,7 +55,7 @@ def test_the_window_query_compiles_for_each_warehouse(name: str) -> None:
     # (UPDATED_AT, EXTERNAL_ID) > START, spelled with OR/AND: no row-value comparison
     assert f"WHERE ({u} > " in sql and f" OR {u} = " in sql and f" AND {e} > " in sql
     assert f"AND {u} <= " in sql
-    assert sql.endswith(f"ORDER BY {u}, {e}")
+    assert sql.endswith(f"ORDER BY {u}, {e} NULLS FIRST")  # a NULL key sorts first (nulls.py)
     assert "2026" not in sql  # values are bound, never inlined
     values = list(compiled.params.values())
     assert START[0] in values and SIGNPOST in values and "u00042" in values
