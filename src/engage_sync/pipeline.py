@@ -47,7 +47,7 @@ from engage_sync.reading import Drops, Reader
 from engage_sync.resume import Opened, Skipper, open_run
 from engage_sync.send_loop import RunContext, SendLoop
 from engage_sync.sent_rows import SentRows
-from engage_sync.state import StateStore
+from engage_sync.state import IN_FLIGHT_AT_CRASH, StateStore
 from engage_sync.status import job_message, job_status, record
 from engage_sync.window import Window, align, backfill_window, incremental_window
 
@@ -311,8 +311,7 @@ class _Run:
 
 
 def _crash_error(cursor: Cursor, key: str) -> tuple[str, str, str]:
-    return (f"crash:{encode_cursor(cursor)}", key,
-            "the run stopped while the request was in flight")
+    return (f"crash:{encode_cursor(cursor)}", key, IN_FLIGHT_AT_CRASH)
 
 
 @dataclass

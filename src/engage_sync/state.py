@@ -128,6 +128,10 @@ def owner_gone_here(owner: str | None) -> bool:
     return _local_pid(owner) is not None and not owner_alive(owner)
 
 
+IN_FLIGHT_AT_CRASH = "the run stopped while the request was in flight"
+"""The reason of a row whose request was in flight when its run was killed."""
+
+
 class StateStore:
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
@@ -463,7 +467,7 @@ class StateStore:
         named (from the keys the journal kept) in the same transaction, so no later kill can
         lose their names. Returns the entries whose keys were not kept (journaled by an
         older version, or grouped): their rows are named when read again."""
-        reason = "the run stopped while the request was in flight"
+        reason = IN_FLIGHT_AT_CRASH
         with self.engine.begin() as conn:
             pending = conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
                 journal.c.run_id == run_id, journal.c.state == "pending")).all()
