@@ -5,7 +5,8 @@ Builds the field-diff benchmark's warehouse (N users × 10 attributes, DuckDB), 
 sync (`diff: fields`, the default, and `diff: off`), then `--runs` incremental syncs with
 nothing changed, each `pipeline_throughput.py --child` in its own process against the lean
 sandbox; reports the seconds of `sync_file` (pipeline time, without imports) per run and
-their median, and the requests the sandbox received (0 expected).
+their median, and the requests the sandbox received (0 expected); then times the command a
+user runs, `engage-sync run FILE --no-prefect`, as a whole process, as many times.
 
     .venv/bin/python benchmarks/no_change.py [--rows 1000000] [--runs 3]
 """
@@ -13,14 +14,27 @@ their median, and the requests the sandbox received (0 expected).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from diff_throughput import build, integration, run
-from pipeline_throughput import free_port, start_sandbox, stop
+from pipeline_throughput import API_KEY, free_port, start_sandbox, stop
+
+
+def whole_process(path: Path, state: Path) -> float:
+    """Seconds of `engage-sync run FILE --no-prefect`, from start to exit."""
+    cmd = [str(Path(sys.executable).parent / "engage-sync"), "run", str(path), "--no-prefect",
+           "--state-url", f"sqlite:///{state}"]
+    started = time.perf_counter()
+    subprocess.run(cmd, env={**os.environ, "ENGAGE_API_KEY": API_KEY}, check=True,
+                   capture_output=True)
+    return time.perf_counter() - started
 
 
 def main() -> int:
@@ -49,6 +63,9 @@ def main() -> int:
                           f"requests, peak RSS {r['rss_mb']:.0f} MB")
                 print(f"diff {diff}: no-change run over {args.rows:,} rows, median "
                       f"{statistics.median(walls):.2f} s of pipeline time")
+                whole = [whole_process(path, state) for _ in range(args.runs)]
+                print(f"diff {diff}: `engage-sync run FILE --no-prefect`, nothing changed: "
+                      f"{' / '.join(f'{w:.2f}' for w in whole)} s as a whole process")
         finally:
             stop(sandbox)
     return 0
