@@ -8,7 +8,9 @@ Invariants:
   Bloom filter (`KeyFilter`), and when one the lookup found may be among them the log is
   folded first (`open` folds what an earlier run left; `close` folds what this run logged).
   A user the lookup does not find may have logged fresh deltas: it is sent whole again, and
-  its new fresh delta, a whole record, supersedes them;
+  its new fresh delta, a whole record, supersedes them. So a run that opened on an empty
+  record (`blank`: a first run, or one after `forget`) looks nothing up and keeps neither the
+  pending map nor the filter: every item is sent whole, and folded at the run's end;
 - an item is diffed against what the service will hold once everything already handed to the
   send loop is acknowledged: the stored record, overridden by the expectation of the items of
   this run not yet settled for the same user (`pending`). So a value changed by one row and
@@ -86,6 +88,9 @@ class Differ:
         send), a changed one carries only its changed attributes; each keeps the digests to
         record."""
         at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
+        if self.blank and not self.refresh:
+            self._apply_whole(outcomes, at)
+            return
         users = [outcomes[k].user for k in at]  # type: ignore[union-attr]
         pending = self.pending
         stored = {} if self.refresh or self.blank else self._stored(
@@ -110,9 +115,24 @@ class Differ:
             pending[user] = ((held[0] if held else 0) + 1,
                              change.delta if last is None else merged(last, change.delta))
 
+    def _apply_whole(self, outcomes: list[Item | tuple[str, str] | Unchanged | None],
+                     at: list[int]) -> None:
+        """A run that opened on an empty record: every item is sent whole and logged fresh,
+        with no pending map (a user's later item is a whole record too: the last one
+        acknowledged wins at the fold)."""
+        for k in at:
+            item = outcomes[k]
+            assert isinstance(item, Item)
+            change = diff(orjson.loads(item.blob), identifier_of(item.user), None)
+            outcomes[k] = Item(item.seq, item.key, item.user, item.array, item.blob,
+                               item.group, change.sent, FRESH + encode(change.delta))
+
     def release(self, items: Iterable[Item]) -> None:
         """These items settled (acknowledged, failed or in doubt): no longer pending, and
-        their users' acknowledged fields (if any) are in the record's log."""
+        their users' acknowledged fields (if any) are in the record's log. A run on an empty
+        record keeps neither: it looks nothing up until it folds."""
+        if self.blank:
+            return
         self.logged.add([user_key(i.user) for i in items if i.fields])
         if self.logged.full:
             self.close()

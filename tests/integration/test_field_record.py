@@ -185,24 +185,51 @@ def test_a_large_fold_refreshes_the_planners_statistics(
     assert analyzed is not None
 
 
-def test_a_first_run_looks_nothing_up_until_it_folds(
+def test_a_first_run_looks_nothing_up_and_sends_every_item_whole(
     store: StateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An empty record is not looked up; once a fold made it non-empty (here: the filter
-    filled up), lookups resume, so an unchanged user is not sent again."""
-    monkeypatch.setattr("engage_sync.key_filter.CAPACITY", 1)
+    """A run that opens on an empty record looks nothing up: a user's second item is sent
+    whole too (both logged fresh) and the fold at the end keeps the last one acknowledged.
+    The next run looks the record up and sends nothing for an unchanged user."""
     lookups: list[int] = []
     real = store.field_digests
     monkeypatch.setattr(store, "field_digests",
                         lambda name, keys: lookups.append(len(keys)) or real(name, keys))
     differ = Differ(INTEGRATION, store)
     differ.open()
-    first: list[Any] = [_item(0, "gold")]
-    differ.apply(first)
-    assert lookups == [] and first[0].fields[:1] == FRESH
-    store.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
-    differ.release(first)  # the filter is full: the log is folded
+    items: list[Any] = [_item(0, "gold")]
+    differ.apply(items)
+    store.settle("r1", INTEGRATION, [], acked_fields=[(items[0].user, items[0].fields)])
+    differ.release(items)
+    later: list[Any] = [_item(1, "free")]
+    differ.apply(later)
+    assert lookups == [] and differ.pending == {}
+    assert [i.fields[:1] for i in items + later] == [FRESH, FRESH]
+    assert json.loads(later[0].blob)["plan"] == "free"
+    store.settle("r1", INTEGRATION, [], acked_fields=[(later[0].user, later[0].fields)])
+    differ.release(later)
+    differ.close()
     assert _logged(store) == 0 and not differ.blank
-    second: list[Any] = [_item(1, "gold")]
-    differ.apply(second)
-    assert lookups == [1] and second == [UNCHANGED]
+
+    again = Differ(INTEGRATION, store)
+    again.open()
+    unchanged: list[Any] = [_item(2, "free")]
+    again.apply(unchanged)
+    assert lookups == [1] and unchanged == [UNCHANGED]
+
+
+def test_a_full_filter_folds_the_log(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a non-empty record, the filter of logged users is bounded: once full, the log is
+    folded and the filter emptied."""
+    monkeypatch.setattr("engage_sync.key_filter.CAPACITY", 1)
+    store.settle("r0", INTEGRATION, [], acked_fields=[
+        ("external_id:u0", FRESH + field_diff.encode({1: 1}))])
+    differ = Differ(INTEGRATION, store)
+    differ.open()
+    assert not differ.blank
+    items: list[Any] = [_item(0, "gold")]
+    differ.apply(items)
+    store.settle("r1", INTEGRATION, [], acked_fields=[(items[0].user, items[0].fields)])
+    assert _logged(store) == 1
+    differ.release(items)
+    assert _logged(store) == 0 and differ.logged.count == 0
