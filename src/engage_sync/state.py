@@ -32,6 +32,7 @@ from engage_sync import field_record
 from engage_sync.errors import LeaseLost
 from engage_sync.progress import decode_cursor, encode_cursor
 from engage_sync.resends import AFTER_KILL
+from engage_sync.state_partitions import PartitionRuns
 from engage_sync.state_schema import (
     SETTLED,
     acks,
@@ -132,8 +133,9 @@ IN_FLIGHT_AT_CRASH = "the run stopped while the request was in flight"
 """The reason of a row whose request was in flight when its run was killed."""
 
 
-class StateStore:
-    """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
+class StateStore(PartitionRuns):
+    """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool.
+    Partitioned runs' methods are in `state_partitions`."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
