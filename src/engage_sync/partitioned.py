@@ -68,6 +68,9 @@ class PartitionJob:
     end: datetime | None
     resend_events: bool
     state_url: SecretStr | None = None
+    read_only: bool = False
+    """Open the warehouse read-only (a DuckDB file is opened by several worker processes at
+    once only read-only)."""
 
     @property
     def label(self) -> str:
@@ -198,8 +201,10 @@ def run_partitioned(path: str, integration: Integration, options: RunOptions,
     try:
         count_skipped(integration, engine,
                       source_spec(integration, kinds.kind_of(integration)), store, opened.run_id)
+        engine.dispose()  # before workers open the warehouse (a DuckDB file admits one writer)
+        read_only = integration.task_runner.separate_processes
         jobs = [PartitionJob(path, k, count, opened.run_id, options.mode, options.start,
-                             options.end, options.resend_events, state_url)
+                             options.end, options.resend_events, state_url, read_only)
                 for k in parts.unfinished()]
         log.info("integration %s: run %s in %d partitions (%d to run)", name,
                  store.run(opened.run_id)["seq"], count, len(jobs))

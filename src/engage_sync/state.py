@@ -32,7 +32,7 @@ from engage_sync import field_record
 from engage_sync.errors import LeaseLost
 from engage_sync.progress import decode_cursor, encode_cursor
 from engage_sync.resends import AFTER_KILL
-from engage_sync.state_partitions import PartitionRuns
+from engage_sync.state_partitions import PartitionRuns, own_runs
 from engage_sync.state_schema import (
     SETTLED,
     acks,
@@ -438,14 +438,15 @@ class StateStore(PartitionRuns):
 
     def settled_ranges(self, integration: str, modes: Sequence[str]
                        ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
-        """(start, end] cursor ranges of requests that runs of these modes sent and the service
-        acknowledged or may have processed (in doubt), in journal order, each with the row
-        keys of its items (None when the journal did not keep them)."""
+        """(start, end] cursor ranges of requests that runs of these modes (or their
+        partitions) sent and the service acknowledged or may have processed (in doubt), in
+        journal order, each with the row keys of its items (None when the journal did not keep
+        them). Partitions' ranges overlap each other; their keys do not."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
                 .join(runs, runs.c.run_id == journal.c.run_id)
-                .where(runs.c.integration == integration, runs.c.mode.in_(list(modes)),
+                .where(own_runs(integration), runs.c.mode.in_(list(modes)),
                        journal.c.state.in_(["acked", "in_doubt", "pending"]))
             ).all()
         return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),

@@ -27,6 +27,12 @@ SUMMED = ("rows_unchanged", "data_points_sent", "data_points_saved", "requests_s
 """Run columns a parent sums from its partitions' rows (the journal holds the others)."""
 
 
+def own_runs(integration: str) -> sa.ColumnElement[bool]:
+    """The runs of an integration and of its partitions (`<integration>#k/N`)."""
+    return sa.or_(runs.c.integration == integration,
+                  runs.c.integration.startswith(f"{integration}#", autoescape=True))
+
+
 class PartitionRuns:
     """The StateStore's methods for partitioned runs."""
 

@@ -23,6 +23,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from engage_sync import secrets
 from engage_sync.config import Integration
 from engage_sync.config_service import TaskRunnerConfig
+from engage_sync.errors import ConfigError
 from engage_sync.partitioned import Execute, PartitionJob
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.wiring import run_partition
@@ -43,7 +44,12 @@ def task_runner(integration: Integration, partitions: int) -> TaskRunner[Any]:
     cfg: TaskRunnerConfig = integration.task_runner
     if cfg.type == "threads":
         return ThreadPoolTaskRunner(max_workers=partitions)
-    from prefect_dask import DaskTaskRunner
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:
+        raise ConfigError(
+            f"integration {integration.name}: task_runner.type dask needs prefect-dask: "
+            "pip install 'engage-sync[dask]'", key="task_runner.type") from None
 
     if cfg.address is not None:
         address = secrets.expand(cfg.address, integration=integration.name,

@@ -47,12 +47,16 @@ def open_state(url: str | None = None) -> StateStore:
     return StateStore.from_url(url)
 
 
-def warehouse_engine(integration: Integration) -> sa.Engine:
+def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.Engine:
+    """The warehouse's engine; `read_only` opens a DuckDB file read-only, so that several
+    processes (the workers of a partitioned run) may read it at once."""
     url = secrets.expand(integration.warehouse.url, integration=integration.name,
                          key="warehouse.url")
     try:
-        engine = sa.create_engine(url)
-        if url.startswith("duckdb:") and "memory_limit" not in url:
+        duckdb = url.startswith("duckdb:")
+        engine = sa.create_engine(url, **(
+            {"connect_args": {"read_only": True}} if read_only and duckdb else {}))
+        if duckdb and "memory_limit" not in url:
             # DuckDB sorts the whole window before the first batch; a memory limit makes it
             # spill to disk instead, which keeps the sync's memory flat with the row count.
             # SET (not connect-time config) so other connections to the file stay compatible.
@@ -187,7 +191,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict
                 "this worker uses holds no run of its coordinator; give the workers the same "
                 "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
         integration = with_expanded_service(load_integration(job.path))
-        engine = warehouse_engine(integration)
+        engine = warehouse_engine(integration, read_only=job.read_only)
         try:
             key = secrets.api_key(integration.name, integration.service.api_key_env)
             with http_client(integration) as client:

@@ -180,3 +180,30 @@ def test_partitions_asked_of_a_kind_that_cannot_be_partitioned_is_a_config_error
         sync_file(path, options=RunOptions(partitions=4), store=store)
     assert err.value.key == "partitions" and "cannot be partitioned" in str(err.value)
     assert service.requests("/users/delete") == []
+
+
+def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_itself(
+        service: Service, tmp_path: Path) -> None:
+    """A backfill of events drops the rows incremental runs sent: those sent by partitions
+    too (their journals are the integration's); a late row below the cursor is sent once."""
+    from datetime import datetime
+
+    url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
+    wh = Warehouse("duckdb", url, sa.create_engine(url))
+    rows = event_rows(2000, users=300, step=STEP)
+    events = table_integration(wh, service, tmp_path, "events", rows)
+    store = open_state(f"sqlite:///{tmp_path / 'state.db'}")
+    assert run(events, store, partitions=4)["rows_synced"] == 2000
+    late = {**event_rows(1, at=T0 + 10 * STEP, users=300)[0], "event_id": "late"}
+    late["payload"] = json.dumps({"name": "viewed", "properties": {"eid": "late"}})
+    wh.insert("events_sync", [late])
+    wh.engine.dispose()
+    from engage_sync.pipeline import run_options
+
+    options = run_options("backfill", datetime(2025, 12, 31), datetime(2026, 1, 2), False,
+                          False, partitions=4)
+    outcome = sync_file(events, options=options, store=store)
+    assert outcome.record is not None and outcome.record["rows_synced"] == 1
+    ids = Counter(service.event_ids())
+    assert len(ids) == 2001 and max(ids.values()) == 1  # every event once, the late one too
+    store.engine.dispose()
