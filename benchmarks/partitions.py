@@ -109,21 +109,58 @@ def dask_runner(client: Any) -> Callable[..., Any]:
     return runner
 
 
-def one_run(path: Path, state: Path, runner: Any, sandbox: str) -> dict[str, Any]:
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children reaped so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / TICKS
+
+
+def descendants(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            if ppid == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+def cpu_split(pids: dict[str, list[int]]) -> dict[str, float]:
+    out = {}
+    for name, group in pids.items():
+        total = 0.0
+        for pid in group:
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(pid)
+        out[name] = total
+    return out
+
+
+def one_run(path: Path, state: Path, runner: Any, sandbox: str,
+            pids: dict[str, list[int]]) -> dict[str, Any]:
     from engage_sync.pipeline import RunOptions
     from engage_sync.wiring import open_state, sync_file
 
     httpx.post(f"{sandbox}/_sandbox/reset", timeout=30).raise_for_status()
     state.unlink(missing_ok=True)
     store = open_state(f"sqlite:///{state}")
+    before = cpu_split(pids)
     started = time.perf_counter()
     outcome = sync_file(path, store=store, options=RunOptions(), runner=runner)
     wall = time.perf_counter() - started
+    after = cpu_split(pids)
     store.engine.dispose()
     counters = httpx.get(f"{sandbox}/_sandbox/counters", timeout=30).json()
     record = outcome.record or {}
     return {"wall": wall, "rows": record.get("rows_synced"), "status": record.get("job_status"),
-            "counters": counters}
+            "counters": counters,
+            "cpu": {k: round(after[k] - before[k], 2) for k in after}}
 
 
 def main() -> int:
@@ -153,9 +190,10 @@ def main() -> int:
             port = free_port()
             sandbox = start_sandbox(port, limit == "on", work / "sandbox.log")
             base = f"http://127.0.0.1:{port}"
+            pids = {"sandbox": [sandbox.pid], "redis": [redis_proc.pid]}
             try:
                 for parts in map(int, args.parts.split(",")):
-                    results.append(measure(args, work, warehouse, base, parts, limit))
+                    results.append(measure(args, work, warehouse, base, parts, limit, pids))
             finally:
                 stop(sandbox)
     finally:
@@ -166,7 +204,7 @@ def main() -> int:
 
 
 def measure(args: argparse.Namespace, work: Path, warehouse: Path, base: str, parts: int,
-            limit: str) -> dict[str, Any]:
+            limit: str, pids: dict[str, list[int]]) -> dict[str, Any]:
     path = write_integration(work, warehouse, base, parts, args.workers)
     cluster = client = None
     runner = None
@@ -177,15 +215,18 @@ def measure(args: argparse.Namespace, work: Path, warehouse: Path, base: str, pa
                                threads_per_worker=math.ceil(parts / args.workers))
         client = Client(cluster)
         runner = dask_runner(client)
-    walls = []
+    walls, cpus = [], []
+    workers = [p for p in descendants(os.getpid()) if p not in pids["sandbox"] + pids["redis"]]
+    ours = {**pids, "coordinator": [os.getpid()], "workers": workers}
     try:
         for n in range(args.runs):
-            run = one_run(path, work / "state.db", runner, base)
+            run = one_run(path, work / "state.db", runner, base, ours)
             assert run["rows"] == args.rows and run["status"] == "success", run
             walls.append(run["wall"])
+            cpus.append(run["cpu"])
             print(f"limit {limit}, {parts} partition(s), run {n + 1}: {run['wall']:.2f} s, "
                   f"{args.rows / run['wall']:,.0f} rows/s, sandbox requests "
-                  f"{run['counters'].get('requests')}", file=sys.stderr)
+                  f"{run['counters'].get('requests')}, CPU s {run['cpu']}", file=sys.stderr)
     finally:
         if client is not None:
             client.close()
@@ -194,7 +235,9 @@ def measure(args: argparse.Namespace, work: Path, warehouse: Path, base: str, pa
     median = statistics.median(walls)
     line = {"limit": limit, "partitions": parts, "rows": args.rows, "runs": len(walls),
             "median_s": round(median, 2), "median_rows_per_s": round(args.rows / median),
-            "rows_per_s": [round(args.rows / w) for w in walls]}
+            "rows_per_s": [round(args.rows / w) for w in walls],
+            "cpu_s_median": {k: statistics.median(c[k] for c in cpus) for k in cpus[0]},
+            "load_avg": os.getloadavg()[0]}
     print(json.dumps(line), flush=True)
     return line
 

@@ -154,9 +154,13 @@ def sync_file(
         count = count_for(store, integration, options)
         if count > 1:
             execute = (runner or threads_runner)(integration, run_budgets)
-            result = run_partitioned(str(Path(path).resolve()), integration, options, store,
-                                     engine, count, execute, clock or _utcnow,
-                                     portable_url(store))
+            try:
+                result = run_partitioned(str(Path(path).resolve()), integration, options,
+                                         store, engine, count, execute, clock or _utcnow,
+                                         portable_url(store))
+            except ConfigError as exc:  # e.g. --partitions on a kind that cannot be split
+                _record_config_error(store, integration.name, exc)
+                raise
             return Outcome(integration.name, record=result,
                            alert=_alert(store, result, integration.failed_rows_alert_share))
         with http_client(integration) as client:

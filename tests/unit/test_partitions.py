@@ -148,3 +148,14 @@ def test_partitions_on_dask_with_a_local_budget_are_a_config_error() -> None:
                                                          "url": "${BUDGET_URL}"}}),
                            file="users.yaml")
     assert ok.task_runner.type == "dask"
+
+
+def test_a_partition_job_never_shows_the_state_databases_password() -> None:
+    from pydantic import SecretStr
+
+    from engage_sync.partitioned import PartitionJob
+
+    job = PartitionJob("/cfg/users.yaml", 1, 4, "parent", "incremental", None, None, False,
+                       SecretStr("postgresql://sync:hunter2@db/state"))
+    assert "hunter2" not in repr(job) and "hunter2" not in str(job)
+    assert job.state_url is not None and "hunter2" in job.state_url.get_secret_value()
