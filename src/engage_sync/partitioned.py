@@ -12,6 +12,8 @@ Invariants:
   next start with its own number of partitions: finished partitions are not run again, the
   others resume from their own progress and journal (their in-doubt policy applies as in any
   resumed run);
+- a partition that finished is never run again, whoever asks (`pipeline`: Dask recomputes
+  the results a dead worker held);
 - an unfinished run opened unpartitioned is resumed unpartitioned (its journal is one run's);
 - one run per integration: the parent holds the integration's lease while its partitions run.
 How partitions are executed (threads, Prefect task runners, Dask) is handed in (`Execute`).

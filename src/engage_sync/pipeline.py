@@ -15,7 +15,9 @@ One partition of a partitioned run (`PartitionOf`, see `partitioned.py`) is such
 the rows of its users only: a run row of its own (`<integration>#k/N`, scope = the parent run)
 on the parent's window, its own journal, progress and lease. It never moves the integration
 cursor, and a SyncError leaves it resumable (its unsent entries forgotten, its lease given up)
-rather than finished, so the parent run resumes exactly what it had not settled.
+rather than finished, so the parent run resumes exactly what it had not settled. A partition
+that finished is never run again (Dask recomputes the lost results of a dead worker, which
+would otherwise send a finished partition's rows a second time).
 """
 
 from __future__ import annotations
@@ -183,6 +185,13 @@ class _Run:
     def execute(self) -> dict[str, Any]:
         state = self.deps.state
         part = self.partition
+        if part is not None:  # run again (a cluster recomputing a lost result): nothing to do
+            done = [r for r in state.partition_runs(part.parent)
+                    if r["integration"] == self.run_name and r["job_status"] != "running"]
+            if done:
+                log.info("integration %s: partition %s/%s finished already", self.i.name,
+                         part.index, part.count)
+                return record(done[-1])
         opened = open_run(state, self.run_name, self.options.mode,
                           self.options.scope if part is None else part.parent,
                           self.resend_in_doubt, self.new_window, self._before,

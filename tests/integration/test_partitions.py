@@ -207,3 +207,27 @@ def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_it
     ids = Counter(service.event_ids())
     assert len(ids) == 2001 and max(ids.values()) == 1  # every event once, the late one too
     store.engine.dispose()
+
+
+def test_a_finished_partition_run_again_sends_nothing(service: Service, tmp_path: Path) -> None:
+    """A Dask worker that dies holding a finished partition's result makes the cluster run that
+    partition again: it must not send its rows a second time (found with a real worker kill:
+    3,465 events doubled before this rule)."""
+    from engage_sync.partitioned import PartitionJob
+    from engage_sync.wiring import portable_url, run_partition
+
+    url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
+    wh = Warehouse("duckdb", url, sa.create_engine(url))
+    events = table_integration(wh, service, tmp_path, "events",
+                               event_rows(1000, users=100, step=STEP))
+    wh.engine.dispose()
+    store = open_state(f"sqlite:///{tmp_path / 'state.db'}")
+    parent = run(events, store, partitions=4)["run_id"]
+    sent = len(service.requests("/users/track"))
+    for k in range(4):
+        again = run_partition(PartitionJob(str(events.resolve()), k, 4, parent, "incremental",
+                                           None, None, False, portable_url(store)))
+        assert again["job_status"] == "success" and again["rows_synced"] > 0
+    assert len(service.requests("/users/track")) == sent  # nothing sent again
+    assert len(store.partition_runs(parent)) == 4  # no new partition run
+    store.engine.dispose()

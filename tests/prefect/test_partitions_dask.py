@@ -96,12 +96,12 @@ def build(tmp_path: Path, svc: Service, rows: int, users: int) -> tuple[Path, Pa
     return users_path, events_path
 
 
-def run_flow(path: Path, state_url: str) -> subprocess.Popen[bytes]:
+def run_flow(path: Path, state_url: str, **env: str) -> subprocess.Popen[bytes]:
     """`engage-sync run` (a flow run on the session's Prefect server) as its own process: the
     coordinator, whose children are the LocalCluster's workers."""
     return subprocess.Popen(
         [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
-         "--state-url", state_url], env={**os.environ}, stdout=subprocess.PIPE,
+         "--state-url", state_url], env={**os.environ, **env}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -179,14 +179,20 @@ def worker_pids(coordinator: int) -> list[int]:
             or b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
 
 
+@pytest.mark.parametrize("healed", [True, False], ids=["dask-reruns", "run-resumed"])
 def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
-        prefect_api: str, tight: Service, tmp_path: Path) -> None:
+        prefect_api: str, tight: Service, tmp_path: Path, healed: bool) -> None:
+    """`dask-reruns`: Dask runs the dead worker's partitions again on the other worker, where
+    they resume. `run-resumed`: Dask gives up on them at once (allowed-failures 0): the other
+    partitions finish, the run fails naming a partition, the cursor stays below every row the
+    stopped partitions had not settled, and the next start resumes only those."""
     rows = 12_000
     _, events = build(tmp_path, tight, rows, users=1000)
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    proc = run_flow(events, state_url)
+    env = {} if healed else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    proc = run_flow(events, state_url, **env)
     deadline = time.monotonic() + 120
-    while len(track_log(tight)) < 30:
+    while len(track_log(tight)) < 70:  # of 160: the killed partitions are under way
         assert proc.poll() is None, finish(proc)[2][-3000:]
         assert time.monotonic() < deadline, "the run never started sending"
         time.sleep(0.1)
@@ -195,7 +201,10 @@ def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
     os.kill(workers[0], signal.SIGKILL)
     code, out, err = finish(proc)
     killed_run = json.loads(out) if code == 0 else None
+    assert (killed_run is not None) == healed, err[-3000:]
     if killed_run is None:  # the partitions of the killed worker stopped: resume the run
+        assert "partition" in err and "run it again to resume them" in err
+        held_back(open_state(state_url), tight, rows)
         code, out, err = finish(run_flow(events, state_url))
         assert code == 0, err[-3000:]
     record = json.loads(out)
@@ -210,6 +219,25 @@ def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
     assert len(runs) == 1 and runs[0]["job_status"] in ("success", "partial")
     print(f"killed worker: rerun by Dask in the same run: {killed_run is not None}, "
           f"{doubled} events doubled, {record['rows_possibly_duplicated']} counted")
+    store.engine.dispose()
+
+
+def held_back(store: Any, svc: Service, rows: int) -> None:
+    """After the stopped run: some partitions finished, some did not; the cursor (if it moved)
+    is below every event not delivered, and no partition's progress passed one of its own."""
+    run = store.runs_newest_first("events", 0, 1)[0]
+    assert run["job_status"] == "running"  # resumable
+    children = store.partition_runs(run["run_id"])
+    assert {c["job_status"] for c in children} >= {"running"}
+    assert any(c["job_status"] == "success" for c in children)
+    sent = set(svc.event_ids())
+    missing = sorted(i for i in range(rows) if f"e{i:07d}" not in sent)
+    assert missing  # the stopped partitions left rows unsent
+    cursor = store.cursor("events")
+    print(f"stopped run: cursor {cursor}, first event not sent e{missing[0]:07d}, "
+          f"{len(missing)} not sent")
+    if cursor is not None:  # positions are (updated_at = T0 + i ms, event_id)
+        assert cursor[1] < f"e{missing[0]:07d}"
     store.engine.dispose()
 
 
