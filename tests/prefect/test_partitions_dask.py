@@ -6,7 +6,8 @@ Redis rate budget every worker shares.
   one request over the limit in any window at the sandbox (no 429 answered);
 - a worker process SIGKILLed mid-run: Dask runs its partitions again on the other worker (or
   the next start resumes them); nothing is lost, and events sent twice are counted;
-- the flow builds the runner the config names (threads, a LocalCluster, an address).
+- the flow builds the runner the config names (threads, a LocalCluster, an address), and runs
+  partitions on Prefect's thread pool when none is named.
 Rows: ENGAGE_SYNC_DASK_ROWS (default 20,000 per kind; 100,000 per kind is the 200,000-row run,
 marked slow, about a minute).
 """
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+import yaml
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
@@ -261,3 +263,27 @@ def test_the_flow_builds_the_runner_the_config_names(tmp_path: Path) -> None:
                                     "processes": True, "dashboard_address": None}
     remote = task_runner(integration({"type": "dask", "address": "tcp://127.0.0.1:8786"}), 4)
     assert isinstance(remote, DaskTaskRunner) and remote.address == "tcp://127.0.0.1:8786"
+
+
+def test_the_flow_runs_partitions_on_prefects_thread_pool_by_default(
+        prefect_api: str, tight: Service, tmp_path: Path) -> None:
+    """`task_runner` not set: the partitions are task runs in the flow's process, sharing its
+    (local) rate budget."""
+    from engage_sync.flows import sync_integration
+
+    rows = 3000
+    users, _ = build(tmp_path, tight, rows, users=300)
+    path = write_integration(tmp_path, "threads", {
+        **{k: v for k, v in yaml.safe_load(users.read_text()).items()
+           if k not in ("task_runner", "service")},
+        "service": {"base_url": tight.base_url, "rate_limit": {"requests": LIMIT,
+                                                               "per_seconds": 1}}})
+    record = sync_integration(str(path), partitions=3,
+                              state_url=f"sqlite:///{tmp_path / 'state.db'}")
+    assert record["job_status"] == "success" and record["rows_synced"] == rows
+    assert users_delivered(tight) == rows
+    entries = track_log(tight)
+    assert most_in_a_window(entries) <= LIMIT + 1 and all(e["status"] == 201 for e in entries)
+    store = open_state(f"sqlite:///{tmp_path / 'state.db'}")
+    assert len(store.partition_runs(record["run_id"])) == 3
+    store.engine.dispose()
