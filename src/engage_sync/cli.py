@@ -133,7 +133,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     summary = backfill.run_backfill(
         path.stem, chunks, deployment=deployment,
         resend_events=args.resend_events, label=args.label, retry_failed=args.retry_failed,
-        chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr))
+        chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr),
+        partitions=args.partitions)
     _print_json(summary.as_dict())
     return 0 if summary.stopped is None else 1
 
@@ -262,6 +263,8 @@ def _add_backfill(sub: Any) -> None:
                     help="a new label makes a new set of runs for a range already backfilled")
     bf.add_argument("--retry-failed", action="store_true",
                     help="run a failed chunk again (the same flow run, set back to Scheduled)")
+    bf.add_argument("--partitions", type=int, default=None, metavar="N",
+                    help="run each chunk in N partitions (default: the integration's)")
     bf.add_argument("--chunk-timeout", type=float, default=3600.0,
                     help="seconds to wait for one chunk before stopping (resume by repeating)")
     bf.set_defaults(func=cmd_backfill)
