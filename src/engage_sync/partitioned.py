@@ -34,6 +34,7 @@ from sqlalchemy.engine import Engine
 from engage_sync import key_digest, kinds
 from engage_sync.config import Integration, partition_problem
 from engage_sync.errors import ConfigError, SyncError
+from engage_sync.extract import count_rows
 from engage_sync.lease import Lease, new_owner
 from engage_sync.null_cursors import count_skipped
 from engage_sync.pipeline import RunOptions, new_window, parent_window, window_before
@@ -143,6 +144,8 @@ class _Partitions:
     run_id: str
     window: Window
     count: int
+    on_progress: Callable[[dict[str, int]], None] | None = None
+    window_rows: int | None = None
 
     def latest(self) -> dict[int, dict[str, Any]]:
         """Each partition's latest run row."""
@@ -163,6 +166,7 @@ class _Partitions:
     def tick(self) -> None:
         """Move the parent's progress, and the cursor (never backwards), to where every
         partition has settled."""
+        self.report()
         settled = partitions_settled(self.progress())
         if settled is None:
             return
@@ -172,6 +176,18 @@ class _Partitions:
         self.store.advance(self.run_id, i.name, settled,
                            move_cursor=may_move_cursor(self.options.mode, stored, settled))
 
+    def report(self) -> None:
+        """The partitions' settled counts together to `on_progress` (rows in flight are not
+        in them yet)."""
+        if self.on_progress is None:
+            return
+        synced, failed, rejected, in_doubt = self.store.counts_of_partitions(self.run_id)
+        counts = {"read": synced + failed + rejected + in_doubt, "synced": synced,
+                  "failed": failed, "rejected": rejected, "in_doubt": in_doubt}
+        if self.window_rows is not None:
+            counts["window_rows"] = self.window_rows
+        self.on_progress(counts)
+
     def unfinished(self) -> list[int]:
         rows = self.latest()
         return [k for k in range(self.count)
@@ -180,7 +196,8 @@ class _Partitions:
 
 def run_partitioned(path: str, integration: Integration, options: RunOptions,
                     store: StateStore, engine: Engine, count: int, execute: Execute,
-                    clock: Callable[[], datetime], state_url: SecretStr | None = None
+                    clock: Callable[[], datetime], state_url: SecretStr | None = None,
+                    on_progress: Callable[[dict[str, int]], None] | None = None
                     ) -> dict[str, Any]:
     """Open (or resume) the parent run, run its unfinished partitions through `execute`, move
     the cursor as they settle, and finish the parent with their summed record. Raises
@@ -199,10 +216,12 @@ def run_partitioned(path: str, integration: Integration, options: RunOptions,
                       lease_seconds=integration.lease_seconds)
     window = parent_window(store.run(opened.run_id), opened.window.before)
     lease = Lease(store, opened.run_id, owner, integration.lease_seconds).start()
-    parts = _Partitions(integration, store, options, opened.run_id, window, count)
+    parts = _Partitions(integration, store, options, opened.run_id, window, count, on_progress)
     try:
-        count_skipped(integration, engine,
-                      source_spec(integration, kinds.kind_of(integration)), store, opened.run_id)
+        spec = source_spec(integration, kinds.kind_of(integration))
+        count_skipped(integration, engine, spec, store, opened.run_id)
+        if on_progress is not None:  # one COUNT, for progress lines only
+            parts.window_rows = count_rows(engine, spec, window)
         engine.dispose()  # before workers open the warehouse (a DuckDB file admits one writer)
         read_only = integration.task_runner.separate_processes
         jobs = [PartitionJob(path, k, count, opened.run_id, options.mode, options.start,

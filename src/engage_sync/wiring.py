@@ -157,7 +157,7 @@ def sync_file(
             try:
                 result = run_partitioned(str(Path(path).resolve()), integration, options,
                                          store, engine, count, execute, clock or _utcnow,
-                                         portable_url(store))
+                                         portable_url(store), on_progress)
             except ConfigError as exc:  # e.g. --partitions on a kind that cannot be split
                 _record_config_error(store, integration.name, exc)
                 raise

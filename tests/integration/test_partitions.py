@@ -231,3 +231,17 @@ def test_a_finished_partition_run_again_sends_nothing(service: Service, tmp_path
     assert len(service.requests("/users/track")) == sent  # nothing sent again
     assert len(store.partition_runs(parent)) == 4  # no new partition run
     store.engine.dispose()
+
+
+def test_a_partitioned_run_reports_its_partitions_counts_together(service: Service,
+                                                                    tmp_path: Path) -> None:
+    url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
+    wh = Warehouse("duckdb", url, sa.create_engine(url))
+    users = table_integration(wh, service, tmp_path, "attributes", user_rows(1200, step=STEP))
+    wh.engine.dispose()
+    seen: list[dict[str, int]] = []
+    store = open_state(f"sqlite:///{tmp_path / 'state.db'}")
+    sync_file(users, options=RunOptions(partitions=3), store=store, on_progress=seen.append)
+    assert seen and all(s["window_rows"] == 1200 for s in seen)
+    assert seen[-1]["synced"] == 1200 and seen[-1]["read"] == 1200
+    store.engine.dispose()
