@@ -3,6 +3,12 @@
 Invariants:
 - one record lookup per batch (`StateStore.field_digests`, chunked), made before any item of
   the batch is diffed, so a batch is diffed against one consistent view;
+- the lookup reads the folded record only, so it is made when no user it finds has deltas
+  settled by this run and still in the record's log: users whose items settled are kept in a
+  Bloom filter (`KeyFilter`), and when one the lookup found may be among them the log is
+  folded first (`open` folds what an earlier run left; `close` folds what this run logged).
+  A user the lookup does not find may have logged fresh deltas: it is sent whole again, and
+  its new fresh delta, a whole record, supersedes them;
 - an item is diffed against what the service will hold once everything already handed to the
   send loop is acknowledged: the stored record, overridden by the expectation of the items of
   this run not yet settled for the same user (`pending`). So a value changed by one row and
@@ -24,6 +30,7 @@ import orjson
 from engage_sync.field_diff import Digests, decode, diff, encode, identifier_of, merged, user_key
 from engage_sync.field_record import FRESH, MERGE
 from engage_sync.items import Item
+from engage_sync.key_filter import KeyFilter
 from engage_sync.state import StateStore
 
 
@@ -48,6 +55,31 @@ class Differ:
         self.pending: dict[str, tuple[int, Digests]] = {}  # by user reference
         self.unchanged = 0
         self.saved = 0
+        self.logged = KeyFilter()  # users whose items settled since the last fold
+        self.blank = False  # the folded record is empty: lookups would find nothing
+
+    def open(self) -> None:
+        """Before the first batch: fold what earlier runs logged (a run killed before its
+        `close`), so the lookups see it. A first run (no record yet) looks nothing up: what
+        it records stays in the log until a fold."""
+        self.state.fold_fields(self.integration)
+        self.blank = not self.state.has_field_record(self.integration)
+
+    def close(self) -> None:
+        """After the run's last settlement: fold what it logged."""
+        self.state.fold_fields(self.integration)
+        self.logged.clear()
+        self.blank = False
+
+    def _stored(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        """The record of these users (see the module's invariants)."""
+        if self.blank:
+            return {}
+        found = self.state.field_digests(self.integration, keys)
+        if found and any(self.logged.may_hold(list(found))):
+            self.close()
+            found = self.state.field_digests(self.integration, keys)
+        return found
 
     def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
         """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
@@ -55,15 +87,16 @@ class Differ:
         record."""
         at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
         users = [outcomes[k].user for k in at]  # type: ignore[union-attr]
-        stored = {} if self.refresh else self.state.field_digests(
-            self.integration, [user_key(u) for u in users if u not in self.pending])
+        pending = self.pending
+        stored = {} if self.refresh or self.blank else self._stored(
+            [user_key(u) for u in users if u not in pending])
         for k, user in zip(at, users, strict=True):
             item = outcomes[k]
             assert isinstance(item, Item)
-            held = self.pending.get(user)
+            held = pending.get(user)
             blob = stored.get(user_key(user)) if stored and held is None else None
             last = held[1] if held else (decode(blob) if blob is not None else None)
-            change = diff(orjson.loads(item.blob), identifier_of(item.user), last, self.refresh)
+            change = diff(orjson.loads(item.blob), identifier_of(user), last, self.refresh)
             self.saved += change.saved
             if change.obj is None:
                 self.unchanged += 1
@@ -71,12 +104,18 @@ class Differ:
                 continue
             sent = item.blob if change.whole else orjson.dumps(change.obj)
             fresh = FRESH if last is None and not self.refresh else MERGE
-            outcomes[k] = Item(item.seq, item.key, item.user, item.array, sent, item.group,
+            outcomes[k] = Item(item.seq, item.key, user, item.array, sent, item.group,
                                change.sent, fresh + encode(change.delta))
-            self.pending[user] = ((held[0] if held else 0) + 1, merged(last, change.delta))
+            # a whole object's delta is the user's whole record: kept as it is, not copied
+            pending[user] = ((held[0] if held else 0) + 1,
+                             change.delta if last is None else merged(last, change.delta))
 
     def release(self, items: Iterable[Item]) -> None:
-        """These items settled (acknowledged, failed or in doubt): no longer pending."""
+        """These items settled (acknowledged, failed or in doubt): no longer pending, and
+        their users' acknowledged fields (if any) are in the record's log."""
+        self.logged.add([user_key(i.user) for i in items if i.fields])
+        if self.logged.full:
+            self.close()
         for item in items:
             held = self.pending.get(item.user)
             if held is None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -35,10 +34,18 @@ UPDATE_FLAG = "_update_existing_only"
 _SORT = orjson.OPT_SORT_KEYS
 
 
-@lru_cache(maxsize=4096)
+_SEEDS: dict[str, int] = {}
+_SEEDS_KEPT = 65_536  # names remembered (payload keys are open-ended): then forgotten at once
+
+
 def name_seed(name: str) -> int:
     """The 64-bit hash of an attribute name: its slot (low 32 bits) and its digests' seed."""
-    return xxhash.xxh3_64_intdigest(name.encode("utf-8"))
+    seed = _SEEDS.get(name)
+    if seed is None:
+        if len(_SEEDS) >= _SEEDS_KEPT:
+            _SEEDS.clear()
+        seed = _SEEDS[name] = xxhash.xxh3_64_intdigest(name.encode("utf-8"))
+    return seed
 
 
 def slot_of(name: str) -> int:
@@ -106,25 +113,41 @@ def diff(obj: dict[str, Any], identifier: str, last: Digests | None,
          refresh: bool = False) -> Change:
     """Reduce `obj` to its identifier, its update flag and the attributes whose digest is not
     the one in `last` (see the module's invariants)."""
+    if last is None or refresh:
+        return _whole(obj, identifier)
     delta: Digests = {}
     reduced: dict[str, Any] = {}
     attributes = 0
+    hashed, dumps, seeds = xxhash.xxh3_64_intdigest, orjson.dumps, _SEEDS
     for name, value in obj.items():
         if name in (identifier, UPDATE_FLAG):
             reduced[name] = value
             continue
         attributes += 1
-        seed = name_seed(name)
-        digest = xxhash.xxh3_64_intdigest(orjson.dumps(value, option=_SORT), seed)
+        seed = seeds.get(name) or name_seed(name)
+        digest = hashed(dumps(value, option=_SORT), seed)
         slot = seed & 0xFFFFFFFF
-        if last is None or refresh or last.get(slot) != digest:
+        if last.get(slot) != digest:
             delta[slot] = digest
             reduced[name] = value
-    if last is None or refresh:
-        return Change(obj, True, delta, attributes, 0)
     if not delta:
         return Change(None, False, delta, 0, attributes)
     return Change(reduced, len(delta) == attributes, delta, len(delta), attributes - len(delta))
+
+
+def _whole(obj: dict[str, Any], identifier: str) -> Change:
+    """The diff of an object sent whole: every attribute recorded (the hot path of a first
+    run, so written for speed)."""
+    delta: Digests = {}
+    attributes = 0
+    hashed, dumps, seeds = xxhash.xxh3_64_intdigest, orjson.dumps, _SEEDS
+    for name, value in obj.items():
+        if name in (identifier, UPDATE_FLAG):
+            continue
+        attributes += 1
+        seed = seeds.get(name) or name_seed(name)
+        delta[seed & 0xFFFFFFFF] = hashed(dumps(value, option=_SORT), seed)
+    return Change(obj, True, delta, attributes, 0)
 
 
 def merged(last: Digests | None, delta: Digests) -> Digests:

@@ -84,5 +84,15 @@ class Lease:
     def _beat(self) -> None:
         while not self._stop.wait(self.seconds / 3):
             if not self.renew():
-                log.warning("run %s: another process owns the run now; stopping", self.run_id)
+                if self._taken_over():
+                    log.warning("run %s: another process owns the run now; stopping",
+                                self.run_id)
                 return
+
+    def _taken_over(self) -> bool:
+        """After a refused renewal: whether the run is someone else's, not just finished by
+        this process (the heartbeat can fire between the run's end and `stop`)."""
+        try:
+            return self.state.run(self.run_id)["job_status"] == "running"
+        except Exception:  # the state database is unreachable: say so as if taken over
+            return True

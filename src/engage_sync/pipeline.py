@@ -239,6 +239,8 @@ class _Run:
         progress = Progress(window.start)
         skipper = Skipper(opened.done, window.start)
         loop = self._send_loop(progress)
+        if self.differ is not None:
+            self.differ.open()
         cutter = Cutter(self.kind.packer(self.i), progress, loop.submit, window.start,
                         max((e.req_no for e in opened.done), default=0), bool(self.lookback))
         try:
@@ -271,6 +273,8 @@ class _Run:
                     self.deps.state.add_diff_counts(self.run_id, *self.differ.take_counts())
             cutter.finish()
             loop.drain()
+            if self.differ is not None:
+                self.differ.close()
         except SyncError:
             loop.settle_in_flight()
             raise
@@ -422,6 +426,8 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
                                      clock=clock), options)
         packer = run.kind.packer(integration)
         result = DryRun()
+        if run.differ is not None:  # a killed run's log folded: where, not what, is recorded
+            run.differ.open()
         for outcome in run.reader.outcomes(run.new_window()):
             result.rows += 1
             if not isinstance(outcome, Item):

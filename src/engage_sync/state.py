@@ -337,7 +337,7 @@ class StateStore(PartitionRuns):
         all in one transaction, fenced on `owner` if given."""
         with self.engine.begin() as conn:
             self._fence(conn, run_id, owner)
-            field_record.merge(conn, integration, acked_fields)
+            field_record.log(conn, integration, acked_fields)
             if points:
                 conn.execute(runs.update().where(runs.c.run_id == run_id).values(
                     data_points_sent=runs.c.data_points_sent + points))
@@ -369,6 +369,17 @@ class StateStore(PartitionRuns):
         """user key → the digests the service acknowledged (`field_diff.decode`)."""
         with self.engine.connect() as conn:
             return field_record.lookup(conn, integration, keys)
+
+    def fold_fields(self, integration: str) -> int:
+        """Move the integration's logged field digests into its record (`field_record.fold`);
+        returns how many deltas were folded."""
+        with self.engine.begin() as conn:
+            return field_record.fold(conn, integration)
+
+    def has_field_record(self, integration: str) -> bool:
+        """Whether the integration's folded field record holds any user."""
+        with self.engine.connect() as conn:
+            return field_record.any_recorded(conn, integration)
 
     def forget_fields(self, integration: str) -> int:
         """Forget what the service acknowledged for this integration: its next run sends

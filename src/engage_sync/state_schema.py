@@ -118,6 +118,21 @@ fields = sa.Table(
 (`field_diff.encode`: 12 bytes per attribute). `user_key` is a 128-bit hash of the user
 reference, so neither values nor identifiers are copied here."""
 
+field_log = sa.Table(
+    "engage_field_log",
+    metadata,
+    # SQLite: INTEGER PRIMARY KEY is the rowid, so the log is appended in key order
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True,
+              autoincrement=True),
+    sa.Column("integration", sa.String(100), nullable=False),
+    sa.Column("user_key", sa.LargeBinary(16), nullable=False),
+    sa.Column("fresh", sa.Boolean, nullable=False),
+    sa.Column("digests", sa.LargeBinary, nullable=False),
+)
+"""Field digests acknowledged since the last fold, in settle order (`field_record`): the
+record of a user is its `engage_fields` row with these applied. No index but the sequence:
+an append touches the last page only."""
+
 ADDED_COLUMNS = ("rows_unchanged", "data_points_sent", "data_points_saved",
                  "rows_skipped_null_cursor", "errors_unmapped", "rows_possibly_duplicated",
                  "lease_until")

@@ -17,7 +17,7 @@ from engage_sync.field_record import FRESH
 from engage_sync.items import Item
 from engage_sync.pipeline import RunOptions, run_options
 from engage_sync.state import StateStore
-from engage_sync.state_schema import ADDED_COLUMNS, fields, runs
+from engage_sync.state_schema import ADDED_COLUMNS, field_log, fields, runs
 from engage_sync.status import page, record
 from engage_sync.wiring import open_state, sync_file
 from tests.integration.conftest import (
@@ -150,6 +150,11 @@ def test_dry_run_shows_what_the_diff_would_send(
 
 
 def _recorded(state: StateStore) -> dict[bytes, dict[int, int]]:
+    """The whole record: every integration's log folded, then read."""
+    with state.engine.connect() as conn:
+        logged = conn.execute(sa.select(field_log.c.integration).distinct()).scalars().all()
+    for name in logged:
+        state.fold_fields(name)
     with state.engine.connect() as conn:
         rows = conn.execute(fields.select()).all()
     return {bytes(r.user_key): field_diff.decode(bytes(r.digests)) for r in rows}
@@ -205,6 +210,7 @@ def test_a_value_changed_back_before_the_first_change_settled_is_sent(state: Sta
         ("external_id:u1", FRESH + field_diff.encode(field_diff.diff(
             {"external_id": "u1", "plan": "free"}, "external_id", None).delta))])
     differ = Differ("users", state)
+    differ.open()  # as a run does: the settled record is folded
     first: list[Any] = [_item(0, "gold")]
     differ.apply(first)
     second: list[Any] = [_item(1, "free")]

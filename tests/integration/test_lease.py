@@ -111,3 +111,27 @@ def test_a_live_lease_is_never_taken_over(pg_state_url: str) -> None:
     assert lease.renew() is False  # the old holder learns it lost the run
     with pytest.raises(LeaseLost, match="lost its lease"):
         lease.check()
+
+
+def test_a_run_finished_by_its_owner_is_not_reported_as_taken_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The heartbeat can fire between the run's end and the lease's stop: that refused
+    renewal is the owner's own finish, not a take-over, and says nothing."""
+    state = open_state(f"sqlite:///{tmp_path / 'state.db'}")
+    window = Window(start=None, signpost=None)
+    owner = new_owner()
+    run_id = open_run(state, "x", "incremental", None, True, lambda: window, lambda: None,
+                      owner=owner, lease_seconds=0.3).run_id
+    lease = Lease(state, run_id, owner, 0.3).start()
+    state.finish_run(run_id, "success")
+    time.sleep(0.5)  # a heartbeat (every 0.1 s) is refused: the run is finished
+    lease.stop()
+    assert lease.lost
+    assert "another process owns the run" not in caplog.text
+    taken = open_run(state, "y", "incremental", None, True, lambda: window, lambda: None,
+                     owner=new_owner(), lease_seconds=0.3).run_id
+    other = Lease(state, taken, "elsewhere:1:bbbb0000", 0.3).start()  # never owned it
+    time.sleep(0.5)
+    other.stop()
+    assert "another process owns the run now" in caplog.text

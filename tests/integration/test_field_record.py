@@ -1,0 +1,208 @@
+"""The field record as a log and a fold, on SQLite and PostgreSQL state databases: what a
+fold leaves is the deltas applied in settle order, nothing logged is lost to a concurrent
+fold, and a user changed earlier in the same run is diffed against what that change left."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync import field_diff, field_record
+from engage_sync.diffing import UNCHANGED, Differ
+from engage_sync.field_record import FRESH, MERGE
+from engage_sync.items import Item
+from engage_sync.state import StateStore
+from engage_sync.state_schema import field_log, fields
+
+INTEGRATION = "users"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param == "sqlite":
+        yield StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+        return
+    base = request.getfixturevalue("postgres_url")
+    schema = f"rec_{time.monotonic_ns() % 10**9}"
+    admin = sa.create_engine(base)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    state = StateStore.from_url(f"{base}?options=-csearch_path%3D{schema}")
+    yield state
+    state.engine.dispose()
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()
+
+
+def _record(state: StateStore) -> dict[bytes, dict[int, int]]:
+    with state.engine.connect() as conn:
+        rows = conn.execute(sa.select(fields.c.user_key, fields.c.digests)
+                            .where(fields.c.integration == INTEGRATION)).all()
+    return {bytes(k): field_diff.decode(bytes(d)) for k, d in rows}
+
+
+def _logged(state: StateStore) -> int:
+    with state.engine.connect() as conn:
+        return field_record.logged(conn, INTEGRATION)
+
+
+def test_a_fold_applies_every_delta_in_settle_order(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random fresh and merge deltas over 40 users, settled in many transactions and folded
+    now and then: the record equals a model that applies them one by one."""
+    monkeypatch.setattr(field_record, "FOLD_ROWS", 7)  # users straddle the fold's pages
+    rnd = random.Random(12)
+    model: dict[bytes, dict[int, int]] = {}
+    for settle in range(60):
+        deltas = []
+        for _ in range(rnd.randint(1, 12)):
+            user = f"external_id:u{rnd.randrange(40)}"
+            key = field_diff.user_key(user)
+            delta = {rnd.randrange(6): rnd.randrange(1 << 63) for _ in range(rnd.randint(1, 3))}
+            fresh = key not in model and rnd.random() < 0.8
+            model[key] = dict(delta) if fresh else {**model.get(key, {}), **delta}
+            deltas.append((user, (FRESH if fresh else MERGE) + field_diff.encode(delta)))
+        store.settle("r1", INTEGRATION, [], acked_fields=deltas)
+        if settle % 17 == 16:
+            assert store.fold_fields(INTEGRATION) > 0
+    store.fold_fields(INTEGRATION)
+    assert _logged(store) == 0
+    assert _record(store) == model
+
+
+def test_two_fresh_deltas_of_one_user_the_last_wins(store: StateStore) -> None:
+    user = "external_id:u1"
+    store.settle("r1", INTEGRATION, [], acked_fields=[
+        (user, FRESH + field_diff.encode({1: 10, 2: 20})),
+        (user, FRESH + field_diff.encode({1: 11, 3: 30})),
+        ("external_id:u2", FRESH + field_diff.encode({1: 5}))])
+    assert store.fold_fields(INTEGRATION) == 3
+    assert _record(store) == {field_diff.user_key(user): {1: 11, 3: 30},
+                              field_diff.user_key("external_id:u2"): {1: 5}}
+
+
+def test_forget_drops_the_record_and_its_log(store: StateStore) -> None:
+    store.settle("r1", INTEGRATION, [], acked_fields=[
+        ("external_id:u1", FRESH + field_diff.encode({1: 1}))])
+    store.fold_fields(INTEGRATION)
+    store.settle("r1", INTEGRATION, [], acked_fields=[
+        ("external_id:u2", FRESH + field_diff.encode({1: 1}))])
+    assert store.forget_fields(INTEGRATION) == 2
+    assert _record(store) == {} and _logged(store) == 0
+
+
+def test_a_fold_waits_for_a_settle_in_progress_and_folds_it(store: StateStore) -> None:
+    """PostgreSQL: a settle logging fields holds a shared lock until it commits, so a fold
+    started meanwhile neither misses its delta nor deletes it unfolded. (SQLite: one writer.)"""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite admits one writer at a time")
+    key = field_diff.user_key("external_id:u1")
+    with store.engine.connect() as conn:
+        tx = conn.begin()
+        field_record.log(conn, INTEGRATION, [("external_id:u1",
+                                              FRESH + field_diff.encode({1: 1}))])
+        folded: list[int] = []
+        fold = threading.Thread(target=lambda: folded.append(store.fold_fields(INTEGRATION)))
+        fold.start()
+        time.sleep(0.5)
+        assert fold.is_alive(), "the fold did not wait for the settle"
+        tx.commit()
+    fold.join(10)
+    assert folded == [1]
+    assert _record(store) == {key: {1: 1}} and _logged(store) == 0
+
+
+def _item(seq: int, plan: Any) -> Item:
+    blob = json.dumps({"external_id": "u1", "plan": plan}).encode()
+    return Item(seq, "u1", "external_id:u1", "attributes", blob, (), 1)
+
+
+def test_a_user_changed_earlier_in_the_run_is_diffed_against_that_change(
+    store: StateStore
+) -> None:
+    """u1's record says free; this run sends gold and the service acknowledges it (logged, not
+    folded); a later row sets free again: it must be sent, though the folded record says free."""
+    store.settle("r0", INTEGRATION, [], acked_fields=[
+        ("external_id:u1", FRESH + field_diff.encode(field_diff.diff(
+            {"external_id": "u1", "plan": "free"}, "external_id", None).delta))])
+    differ = Differ(INTEGRATION, store)
+    differ.open()
+    first: list[Any] = [_item(0, "gold")]
+    differ.apply(first)
+    store.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
+    differ.release(first)
+    assert _logged(store) == 1
+    second: list[Any] = [_item(1, "free")]
+    differ.apply(second)
+    assert second[0] is not UNCHANGED and json.loads(second[0].blob)["plan"] == "free"
+    assert _logged(store) == 0  # the lookup found u1 in the filter: the log was folded first
+    differ.release(second)
+    third: list[Any] = [_item(2, "free")]
+    differ.apply(third)  # nothing acknowledged for the second: gold is what the record says
+    assert third[0] is not UNCHANGED
+
+
+def test_the_log_is_folded_at_the_end_of_a_run_sized_batch(store: StateStore) -> None:
+    """2,000 fresh users settled in 20 transactions, then one fold: the log is empty and the
+    record holds each user once."""
+    for t in range(20):
+        store.settle("r1", INTEGRATION, [], acked_fields=[
+            (f"external_id:u{t * 100 + k}", FRESH + field_diff.encode({1: t * 100 + k}))
+            for k in range(100)])
+    with store.engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(field_log)) == 2000
+    assert store.fold_fields(INTEGRATION) == 2000
+    record = _record(store)
+    assert len(record) == 2000
+    assert record[field_diff.user_key("external_id:u1234")] == {1: 1234}
+
+
+def test_a_large_fold_refreshes_the_planners_statistics(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a table filled by one fold has no statistics until autovacuum comes, and
+    the lookups scan it whole; a large fold analyzes it."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite plans the lookup by its primary key without statistics")
+    monkeypatch.setattr(field_record, "ANALYZE_AFTER", 500)
+    store.settle("r1", INTEGRATION, [], acked_fields=[
+        (f"external_id:u{k}", FRESH + field_diff.encode({1: k})) for k in range(600)])
+    store.fold_fields(INTEGRATION)
+    with store.engine.connect() as conn:
+        analyzed = conn.exec_driver_sql(
+            "SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'engage_fields' "
+            "AND schemaname = current_schema()").scalar_one()
+    assert analyzed is not None
+
+
+def test_a_first_run_looks_nothing_up_until_it_folds(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty record is not looked up; once a fold made it non-empty (here: the filter
+    filled up), lookups resume, so an unchanged user is not sent again."""
+    monkeypatch.setattr("engage_sync.key_filter.CAPACITY", 1)
+    lookups: list[int] = []
+    real = store.field_digests
+    monkeypatch.setattr(store, "field_digests",
+                        lambda name, keys: lookups.append(len(keys)) or real(name, keys))
+    differ = Differ(INTEGRATION, store)
+    differ.open()
+    first: list[Any] = [_item(0, "gold")]
+    differ.apply(first)
+    assert lookups == [] and first[0].fields[:1] == FRESH
+    store.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
+    differ.release(first)  # the filter is full: the log is folded
+    assert _logged(store) == 0 and not differ.blank
+    second: list[Any] = [_item(1, "gold")]
+    differ.apply(second)
+    assert lookups == [1] and second == [UNCHANGED]
