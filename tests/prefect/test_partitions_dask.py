@@ -8,8 +8,8 @@ Redis rate budget every worker shares.
   the next start resumes them); nothing is lost, and events sent twice are counted;
 - the flow builds the runner the config names (threads, a LocalCluster, an address), and runs
   partitions on Prefect's thread pool when none is named.
-Rows: ENGAGE_SYNC_DASK_ROWS (default 20,000 per kind; 100,000 per kind is the 200,000-row run,
-marked slow, about a minute).
+Rows: ENGAGE_SYNC_DASK_ROWS (default 20,000 per kind, always run); 100,000 per kind is the
+200,000-row run (52-65 s on 2 shared cores), run with ENGAGE_SYNC_BIG=1.
 """
 
 from __future__ import annotations
@@ -128,8 +128,13 @@ def users_delivered(svc: Service) -> int:
 ROWS = int(os.environ.get("ENGAGE_SYNC_DASK_ROWS", "20000"))
 
 
+BIG = pytest.mark.skipif(os.environ.get("ENGAGE_SYNC_BIG") != "1", reason=(
+    "the 200,000-row run takes 52-65 s here: ENGAGE_SYNC_BIG=1 runs it; the 40,000-row "
+    "variant always runs"))
+
+
 @pytest.mark.parametrize("rows", [
-    ROWS, pytest.param(100_000, marks=pytest.mark.slow, id="200k")])
+    ROWS, pytest.param(100_000, marks=[pytest.mark.slow, BIG], id="200k")])
 def test_attributes_and_events_in_4_partitions_on_2_dask_workers_within_the_limit(
         prefect_api: str, tight: Service, tmp_path: Path, rows: int) -> None:
     users, events = build(tmp_path, tight, rows, users=rows // 10)
