@@ -91,10 +91,16 @@ def run_tag(integration: str, opts: str) -> str:
     return f"backfill:{integration}:{opts}"
 
 
-def parameters(chunk: Chunk, resend_events: bool) -> dict[str, Any]:
-    """The flow parameters of one chunk run (the deployment supplies the integration)."""
-    return {"mode": "backfill", "start": chunk.start.isoformat(), "end": chunk.end.isoformat(),
-            "dry_run": False, "resend_events": resend_events}
+def parameters(chunk: Chunk, resend_events: bool, partitions: int | None = None
+               ) -> dict[str, Any]:
+    """The flow parameters of one chunk run (the deployment supplies the integration);
+    `partitions` only when given (else the integration's own)."""
+    params: dict[str, Any] = {"mode": "backfill", "start": chunk.start.isoformat(),
+                              "end": chunk.end.isoformat(), "dry_run": False,
+                              "resend_events": resend_events}
+    if partitions is not None:
+        params["partitions"] = partitions
+    return params
 
 
 @dataclass
@@ -187,6 +193,7 @@ def run_backfill(
     poll: float = 2.0,
     report: Callable[[str], None] = print,
     on_chunk: Callable[[ChunkResult], None] | None = None,
+    partitions: int | None = None,
 ) -> Summary:
     """Create (once) and watch one flow run of `deployment` per chunk, in order. Stops at a
     failed chunk (unless `retry_failed`) or one still unfinished after `chunk_timeout`
@@ -216,7 +223,7 @@ def run_backfill(
             run = existing.get(key)
             if run is None:
                 run = cast(FlowRun, run_deployment(
-                    deployment, parameters=parameters(chunk, resend_events),
+                    deployment, parameters=parameters(chunk, resend_events, partitions),
                     idempotency_key=key, timeout=0, tags=[tag, "backfill"], as_subflow=False,
                     flow_run_name=f"{integration}-backfill-{chunk.start:%Y%m%dT%H%M%S}"))
                 result.created = True

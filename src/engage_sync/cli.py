@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         result: Any = run_direct(path, run_options(
             args.mode, args.start, args.end, args.dry_run, args.resend_events,
-            args.allow_deletes), args.state_url)
+            args.allow_deletes, args.partitions), args.state_url)
     else:
         from engage_sync.flows import sync_flow_or_direct
 
@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = sync_flow_or_direct(
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
-            state_url=args.state_url)
+            state_url=args.state_url, partitions=args.partitions)
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
 
@@ -133,7 +133,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     summary = backfill.run_backfill(
         path.stem, chunks, deployment=deployment,
         resend_events=args.resend_events, label=args.label, retry_failed=args.retry_failed,
-        chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr))
+        chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr),
+        partitions=args.partitions)
     _print_json(summary.as_dict())
     return 0 if summary.stopped is None else 1
 
@@ -211,6 +212,9 @@ def _add_run(sub: Any) -> None:
                      help="backfill: send events the incremental sync already delivered")
     run.add_argument("--allow-deletes", type=int, default=None, metavar="N",
                      help="deletes: allow up to N deletions in this run (above max_deletes)")
+    run.add_argument("--partitions", type=int, default=None, metavar="N",
+                     help="split the run into N partitions by a hash of the user key, run at "
+                          "once (default: the integration's `partitions`, 1)")
     run.add_argument("--dry-run", action="store_true",
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",
@@ -259,6 +263,8 @@ def _add_backfill(sub: Any) -> None:
                     help="a new label makes a new set of runs for a range already backfilled")
     bf.add_argument("--retry-failed", action="store_true",
                     help="run a failed chunk again (the same flow run, set back to Scheduled)")
+    bf.add_argument("--partitions", type=int, default=None, metavar="N",
+                    help="run each chunk in N partitions (default: the integration's)")
     bf.add_argument("--chunk-timeout", type=float, default=3600.0,
                     help="seconds to wait for one chunk before stopping (resume by repeating)")
     bf.set_defaults(func=cmd_backfill)

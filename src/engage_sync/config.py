@@ -36,10 +36,13 @@ from engage_sync.config_kinds import (
 )
 from engage_sync.config_service import (
     Service,
+    TaskRunnerConfig,
 )
 from engage_sync.errors import ConfigError
 
 IdentifierKind = Literal["external_id", "user_alias", "platform_id", "email", "phone"]
+
+MAX_PARTITIONS = 64
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
@@ -223,6 +226,8 @@ class Integration(_Frozen):
     merges: MergeSpec | None = None
     alias_renames: AliasRenameSpec | None = None
     max_deletes: int = Field(default=1000, ge=0)
+    partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
+    task_runner: TaskRunnerConfig = TaskRunnerConfig()
 
     @field_validator("kind")
     @classmethod
@@ -239,6 +244,13 @@ class Integration(_Frozen):
         from engage_sync import kinds
 
         return kinds.get(self.kind).section
+
+    @model_validator(mode="after")
+    def _partitions(self) -> Integration:
+        problem = partition_problem(self, self.partitions)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _format(self) -> Integration:
@@ -342,6 +354,35 @@ class Integration(_Frozen):
             return frozenset()
         payload = fmt.payload_column.lower()  # column names match case-insensitively
         return frozenset(c for c in self.key_columns if c.lower() == payload)
+
+
+def partition_problem(integration: Integration, partitions: int) -> str | None:
+    """Why `integration` cannot run in `partitions` partitions, or None. A kind whose rows may
+    touch two users, or must be seen whole, runs unpartitioned (`Kind.user_column`); partitions
+    in other processes need one rate budget they all share."""
+    if partitions <= 1:
+        return None
+    from engage_sync import kinds
+
+    if kinds.kind_of(integration).partition_column(integration) is None:
+        return (f"'partitions' ({partitions}): kind '{integration.kind}' cannot be "
+                "partitioned (its rows may touch two users, or its run must see every row: "
+                "identity operations, deletes, subscriptions naming several identifier "
+                "kinds); set partitions: 1")
+    if (integration.task_runner.separate_processes
+            and integration.service.rate_budget.backend == "local"):
+        return (f"'service.rate_budget.backend' is local, but 'partitions' ({partitions}) run "
+                f"on a Dask cluster (task_runner.type: dask), in processes that cannot share "
+                "a local budget: together they would exceed the service's limit. Set "
+                "service.rate_budget.backend to postgres or redis (with its url)")
+    if len(integration.name) + len(partition_suffix(partitions - 1, partitions)) > 100:
+        return "'name' is too long for a partitioned run (at most 100 characters with '#k/N')"
+    return None
+
+
+def partition_suffix(index: int, count: int) -> str:
+    """What names partition `index` of `count` in the runs table: `<integration>#<k>/<N>`."""
+    return f"#{index}/{count}"
 
 
 _SECRET_WORDS = ("key", "password", "secret", "token")

@@ -62,6 +62,31 @@ def check_budget_url(backend: str, url: str) -> None:
                          f"{' or '.join(s + '://' for s in allowed)})")
 
 
+class TaskRunnerConfig(_Frozen):
+    """Where the partitions of a partitioned run (`partitions` > 1) run, each a Prefect task
+    run: `threads` (Prefect's thread pool in the flow's process, the default) or `dask` (a
+    `LocalCluster` of `n_workers` processes started for the run, or the existing cluster at
+    `address`, which may hold `${ENV_VAR}` references)."""
+
+    type: Literal["threads", "dask"] = "threads"
+    address: str | None = None
+    n_workers: int = Field(default=2, ge=1, le=256)
+    threads_per_worker: int | None = Field(default=None, ge=1, le=64)
+    """Threads of each LocalCluster worker (default: enough for every partition to run at
+    once)."""
+
+    @model_validator(mode="after")
+    def _address_for_dask(self) -> TaskRunnerConfig:
+        if self.address is not None and self.type != "dask":
+            raise ValueError("'address' is the address of a Dask scheduler: set type: dask")
+        return self
+
+    @property
+    def separate_processes(self) -> bool:
+        """Partitions may run in other processes than the flow's (no shared memory)."""
+        return self.type == "dask"
+
+
 class Service(_Frozen):
     base_url: str = "http://127.0.0.1:8787"
     api_key_env: str = "ENGAGE_API_KEY"

@@ -49,6 +49,9 @@ class SourceSpec:
     """Rows with a NULL cursor value are read as if at OLDEST (`null_cursor: oldest`)."""
     digested: frozenset[str] = frozenset()
     """Key columns that hold payload: ordered by their digest (`key_digest`)."""
+    partition_column: str | None = None
+    """The column whose hash decides a row's partition (the user's key), if the kind can be
+    partitioned."""
 
     @property
     def position_columns(self) -> list[str]:
@@ -158,7 +161,20 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
         query = query.where(order[0] >= window.floor)
     if window.before is not None:
         query = query.where(order[0] < window.before)
+    if window.partition is not None:
+        query = query.where(_in_partition(spec, col, window.partition))
     return query.order_by(*sort)
+
+
+def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
+                  ) -> sa.ColumnElement[bool]:
+    """The rows of partition `index` of `count`: computed by the warehouse, so each partition
+    reads only its own rows."""
+    index, count = partition
+    if spec.partition_column is None:
+        raise ValueError(f"integration {spec.integration}: this kind cannot be partitioned")
+    bucket = key_digest.key_bucket(col(spec.partition_column), sa.literal(count, sa.Integer))
+    return bucket == index
 
 
 def _gt(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:

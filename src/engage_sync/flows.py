@@ -73,28 +73,32 @@ def _prune(store: StateStore) -> None:
 def run_one(integration: str, mode: Mode = "incremental", start: datetime | None = None,
             end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
             config_dir: str | None = None, state_url: str | None = None,
-            budgets: RateBudgets | None = None, allow_deletes: int | None = None
-            ) -> dict[str, Any]:
+            budgets: RateBudgets | None = None, allow_deletes: int | None = None,
+            partitions: int | None = None) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, or a dry run's summary.
     Raises SyncAlert when the run needs attention."""
     store = open_state(state_url)
     try:
         return _run_one(store, integration, mode, start, end, dry_run, resend_events,
-                        config_dir, budgets, allow_deletes)
+                        config_dir, budgets, allow_deletes, partitions)
     finally:
         store.engine.dispose()  # a serving process runs many flows: release its connections
 
 
 def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | None,
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
-             budgets: RateBudgets | None, allow_deletes: int | None) -> dict[str, Any]:
+             budgets: RateBudgets | None, allow_deletes: int | None,
+             partitions: int | None = None) -> dict[str, Any]:
+    from engage_sync.task_runners import prefect_runner  # prefect-dask only when asked
+
     logger = get_run_logger()
     progress = ProgressReporter(logger.info)
     try:
-        options = run_options(mode, start, end, dry_run, resend_events, allow_deletes)
+        options = run_options(mode, start, end, dry_run, resend_events, allow_deletes,
+                              partitions)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
-                            on_progress=progress)
+                            on_progress=progress, runner=prefect_runner)
     except SyncError as exc:  # the UI's state message and the CLI's last line say the same
         raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
     if outcome.dry_run is not None:
@@ -131,6 +135,7 @@ def sync_integration(
     allow_deletes: int | None = None,
     config_dir: str | None = None,
     state_url: str | None = None,
+    partitions: int | None = None,
 ) -> dict[str, Any]:
     """Sync one integration and return its status record.
 
@@ -147,9 +152,11 @@ def sync_integration(
             integration's max_deletes.
         config_dir: Folder of integration files (default ENGAGE_SYNC_CONFIG_DIR or ./config).
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
+        partitions: Split the run into this many partitions by a hash of the user key, each a
+            task run on the integration's task_runner (default: its `partitions`, 1).
     """
     return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
-                   state_url, allow_deletes=allow_deletes)
+                   state_url, allow_deletes=allow_deletes, partitions=partitions)
 
 
 @task(name="sync-integration", retries=0, cache_policy=NO_CACHE,
@@ -200,11 +207,12 @@ def sync_folder(
 def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetime | None = None,
                         end: datetime | None = None, dry_run: bool = False,
                         resend_events: bool = False, allow_deletes: int | None = None,
-                        state_url: str | None = None, use_prefect: bool = True) -> Any:
+                        state_url: str | None = None, use_prefect: bool = True,
+                        partitions: int | None = None) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
         return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
                                 resend_events=resend_events, allow_deletes=allow_deletes,
-                                state_url=state_url)
+                                state_url=state_url, partitions=partitions)
     return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
-                                        allow_deletes), state_url)
+                                        allow_deletes, partitions), state_url)

@@ -10,6 +10,14 @@ Invariants (DESIGN rules 1–5 and 7):
 - every row read ends as synced, rejected, failed or in doubt.
 What differs between kinds is asked of the integration's `Kind`; nothing here branches on a
 kind's name. No Prefect here: flows call `run_sync` through `wiring`.
+
+One partition of a partitioned run (`PartitionOf`, see `partitioned.py`) is such a run too, on
+the rows of its users only: a run row of its own (`<integration>#k/N`, scope = the parent run)
+on the parent's window, its own journal, progress and lease. It never moves the integration
+cursor, and a SyncError leaves it resumable (its unsent entries forgotten, its lease given up)
+rather than finished, so the parent run resumes exactly what it had not settled. A partition
+that finished is never run again (Dask recomputes the lost results of a dead worker, which
+would otherwise send a finished partition's rows a second time).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +33,7 @@ import httpx
 from sqlalchemy.engine import Engine
 
 from engage_sync import key_digest, kinds
-from engage_sync.config import Integration
+from engage_sync.config import Integration, partition_suffix
 from engage_sync.cutter import Cutter
 from engage_sync.deliver import Deliverer
 from engage_sync.diffing import UNCHANGED, Differ
@@ -38,12 +46,13 @@ from engage_sync.progress import (
     Cursor,
     Mode,
     Progress,
+    decode_cursor,
     encode_cursor,
     may_move_cursor,
     stamp,
 )
 from engage_sync.ratelimit import RateBudgets
-from engage_sync.reading import Drops, Reader
+from engage_sync.reading import Drops, Reader, source_spec
 from engage_sync.resume import Opened, Skipper, open_run
 from engage_sync.send_loop import RunContext, SendLoop
 from engage_sync.sent_rows import SentRows
@@ -66,6 +75,8 @@ class RunOptions:
     end: datetime | None = None
     resend_events: bool = False
     allow_deletes: int | None = None
+    partitions: int | None = None
+    """Split the run into this many partitions (None: the integration's `partitions`)."""
 
     @property
     def scope(self) -> str | None:
@@ -76,7 +87,8 @@ class RunOptions:
 
 
 def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
-                resend_events: bool, allow_deletes: int | None = None) -> RunOptions:
+                resend_events: bool, allow_deletes: int | None = None,
+                partitions: int | None = None) -> RunOptions:
     """Parameters (CLI, flow, backfill) → RunOptions. Naive datetimes are UTC. Raises
     ConfigError when start or end is given outside a backfill, or start is not before end."""
     start, end = as_utc(start), as_utc(end)
@@ -84,14 +96,31 @@ def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_ru
         raise ConfigError(f"start and end apply to mode 'backfill' only, not '{mode}'")
     if start and end and start >= end:
         raise ConfigError(f"start {start.isoformat()} is not before end {end.isoformat()}")
+    if partitions is not None and partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, not {partitions}", key="partitions")
     return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
-                      resend_events=resend_events, allow_deletes=allow_deletes)
+                      resend_events=resend_events, allow_deletes=allow_deletes,
+                      partitions=partitions)
 
 
 def as_utc(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class PartitionOf:
+    """Partition `index` of `count` of the partitioned run `parent` (a run id)."""
+
+    parent: str
+    index: int
+    count: int
+
+    def run_name(self, integration: str) -> str:
+        """The partition's name in the runs table (cursors, errors and records keep the
+        integration's own name)."""
+        return integration + partition_suffix(self.index, self.count)
 
 
 @dataclass
@@ -107,17 +136,22 @@ class Deps:
     on_progress: Callable[[dict[str, int]], None] | None = None
 
 
-def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions()
-             ) -> dict[str, Any]:
-    """Run (or resume) one sync and return its status record."""
+def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions(),
+             partition: PartitionOf | None = None) -> dict[str, Any]:
+    """Run (or resume) one sync, or one partition of a partitioned run, and return its status
+    record."""
     if options.dry_run:
         raise ValueError("use dry_run() for a dry run")
-    return _Run(integration, deps, options).execute()
+    return _Run(integration, deps, options, partition).execute()
 
 
 class _Run:
-    def __init__(self, integration: Integration, deps: Deps, options: RunOptions) -> None:
+    def __init__(self, integration: Integration, deps: Deps, options: RunOptions,
+                 partition: PartitionOf | None = None) -> None:
         self.i, self.deps, self.options = integration, deps, options
+        self.partition = partition
+        self.run_name = integration.name if partition is None else partition.run_name(
+            integration.name)
         self.kind = kinds.kind_of(integration)
         self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
         self.lookback = integration.lookback if options.mode == "incremental" else None
@@ -150,10 +184,21 @@ class _Run:
     # the run -------------------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
         state = self.deps.state
-        opened = open_run(state, self.i.name, self.options.mode, self.options.scope,
+        part = self.partition
+        if part is not None:  # run again (a cluster recomputing a lost result): nothing to do
+            done = [r for r in state.partition_runs(part.parent)
+                    if r["integration"] == self.run_name and r["job_status"] != "running"]
+            if done:
+                log.info("integration %s: partition %s/%s finished already", self.i.name,
+                         part.index, part.count)
+                return record(done[-1])
+        opened = open_run(state, self.run_name, self.options.mode,
+                          self.options.scope if part is None else part.parent,
                           self.resend_in_doubt, self.new_window, self._before,
                           idempotent=self.kind.idempotent, owner=self.owner,
                           lease_seconds=self.i.lease_seconds)
+        if part is not None:
+            opened.window = replace(opened.window, partition=(part.index, part.count))
         self.run_id = opened.run_id
         self.lease = lease = Lease(state, self.run_id, self.owner, self.i.lease_seconds).start()
         try:
@@ -170,13 +215,18 @@ class _Run:
     def _execute(self, opened: Opened) -> None:
         state = self.deps.state
         try:
-            count_skipped(self.i, self.deps.engine, self.reader.spec, state, self.run_id)
+            if self.partition is None:  # the parent run counts them once
+                count_skipped(self.i, self.deps.engine, self.reader.spec, state, self.run_id)
             self._check_delete_cap(opened.window)
             self._count_window(opened.window)
             self._stream(opened)
         except LeaseLost:
             raise  # the run is another process's now: leave its record alone
         except SyncError as exc:
+            if self.partition is not None:  # resumable: what it settled stays, nothing else
+                state.drop_pending(self.run_id, self.i.name)  # never sent (settle_in_flight)
+                state.release_lease(self.run_id, self.owner, message=str(exc))
+                raise
             state.finish_run(self.run_id,
                              "config_error" if isinstance(exc, ConfigError) else "error",
                              message=str(exc))
@@ -253,7 +303,8 @@ class _Run:
             deliverer=deliverer, max_in_flight=service.max_in_flight,
             group_commits=self.kind.group_commits, resend_in_doubt=self.resend_in_doubt,
             bulk=mode != "incremental",
-            may_move_cursor=lambda position: may_move_cursor(mode, stored, position),
+            may_move_cursor=lambda position: may_move_cursor(mode, stored, position,
+                                                             self.partition is not None),
             counts=self.counts, report=self.report,
             on_settled=None if self.differ is None else self.differ.release,
             names_duplicates=self.resend_in_doubt and not self.kind.idempotent,
@@ -263,23 +314,14 @@ class _Run:
     # opening -------------------------------------------------------------------------------
     def new_window(self) -> Window:
         """The window of a new run: a backfill's range, or from the stored cursor (none for a
-        full resync) to the signpost."""
-        now, lag = self.deps.clock(), self.i.settle_lag
-        sample = sample_cursor(self.deps.engine, self.reader.spec)
-        if self.options.mode == "backfill":
-            return backfill_window(self.options.start, self.options.end, now, lag, sample)
-        stored = None if self.options.mode == "full_resync" else self.stored
-        window = incremental_window(stored, now, lag, self.lookback, sample)
-        if window.floor is not None:  # lookback: acks below the re-read period are not needed
-            self.deps.state.prune_acks(self.i.name, stamp(window.floor))
-        return window
+        full resync) to the signpost; a partition's is its parent's."""
+        if self.partition is not None:
+            return parent_window(self.deps.state.run(self.partition.parent), self._before())
+        return new_window(self.i, self.deps.engine, self.deps.state, self.options,
+                          self.stored, self.deps.clock())
 
     def _before(self) -> Any:
-        """A resumed backfill's exclusive end, in the source's cursor type."""
-        end = self.options.end if self.options.mode == "backfill" else None
-        if end is None:
-            return None
-        return align(end, sample_cursor(self.deps.engine, self.reader.spec))
+        return window_before(self.i, self.deps.engine, self.options)
 
     def _check_delete_cap(self, window: Window) -> None:
         """An irreversible kind (deletes): refuse a run above `max_deletes` before sending
@@ -312,6 +354,39 @@ class _Run:
         if self.deps.on_progress is not None:
             extra = {} if self.window_rows is None else {"window_rows": self.window_rows}
             self.deps.on_progress({**self.counts, **extra})
+
+
+def new_window(integration: Integration, engine: Engine, state: StateStore, options: RunOptions,
+               stored: Cursor | None, now: datetime) -> Window:
+    """The window of a new run: a backfill's range, or from the stored cursor (none for a full
+    resync) to the signpost. With lookback, acks below the re-read period are pruned."""
+    spec, lag = source_spec(integration, kinds.kind_of(integration)), integration.settle_lag
+    sample = sample_cursor(engine, spec)
+    if options.mode == "backfill":
+        return backfill_window(options.start, options.end, now, lag, sample)
+    lookback = integration.lookback if options.mode == "incremental" else None
+    window = incremental_window(None if options.mode == "full_resync" else stored, now, lag,
+                                lookback, sample)
+    if window.floor is not None:  # lookback: acks below the re-read period are not needed
+        state.prune_acks(integration.name, stamp(window.floor))
+    return window
+
+
+def window_before(integration: Integration, engine: Engine, options: RunOptions) -> Any:
+    """A resumed backfill's exclusive end, in the source's cursor type."""
+    end = options.end if options.mode == "backfill" else None
+    if end is None:
+        return None
+    return align(end, sample_cursor(engine, source_spec(integration,
+                                                        kinds.kind_of(integration))))
+
+
+def parent_window(run: dict[str, Any], before: Any) -> Window:
+    """The window a run was opened on (its row: start, signpost, floor), whatever its progress."""
+    signpost, floor = decode_cursor(run["signpost"]), decode_cursor(run["floor"])
+    return Window(start=decode_cursor(run["window_start"]),
+                  signpost=signpost[0] if signpost else None,
+                  floor=floor[0] if floor else None, before=before)
 
 
 def _crash_error(cursor: Cursor, key: str) -> tuple[str, str, str]:

@@ -8,6 +8,10 @@
   not synced, rejected, failed or in doubt.
 - The integration's cursor follows the progress of incremental and full-resync runs and never
   moves backwards (`may_move_cursor`); a backfill never moves it.
+- A partitioned run's partitions each keep their own progress and never move the cursor
+  themselves; the cursor may move to `partitions_settled`: the least progress of the
+  partitions still open (every row at or before it is settled in every partition), or, once
+  all have read their whole window, the furthest (the window's last row, as one run would).
 - Lookback remembers each row that ended as (row key, `stamp` of its cursor value, `digest` of
   what was sent, or `REJECTED`).
 - `Ranges` answers "was this position already settled?" for resumes and backfills.
@@ -54,13 +58,38 @@ def digest(blob: bytes) -> str:
     return hashlib.sha1(blob).hexdigest()[:16]
 
 
-def may_move_cursor(mode: Mode, stored: Cursor | None, position: Cursor) -> bool:
+def may_move_cursor(mode: Mode, stored: Cursor | None, position: Cursor,
+                    partition: bool = False) -> bool:
     """Whether a run of `mode` may set the integration cursor to `position`: incremental and
     full-resync runs move it, never backwards (lookback re-reads rows below it); backfills
-    never move it."""
-    if mode == "backfill":
+    never move it, and neither does one partition of a partitioned run (its coordinator moves
+    it to `partitions_settled`)."""
+    if mode == "backfill" or partition:
         return False
     return stored is None or tuple(position) > tuple(stored)
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """One partition of a run: how far its settled prefix reaches (None: from the window's
+    start, which may be the beginning), and whether it read and settled its whole window."""
+
+    position: Cursor | None
+    done: bool
+
+
+def partitions_settled(parts: Sequence[PartitionProgress]) -> Cursor | None:
+    """Where every partition has settled every row of its own at or before: the least position
+    of the partitions not done (None while one has settled nothing, or there are none), else
+    the furthest position of all. Pure; `may_move_cursor` still decides whether the cursor
+    moves there."""
+    open_ = [p.position for p in parts if not p.done]
+    if open_:
+        if any(p is None for p in open_):
+            return None
+        return min(tuple(p) for p in open_ if p is not None)
+    reached = [tuple(p.position) for p in parts if p.position is not None]
+    return max(reached) if reached else None
 
 
 @dataclass

@@ -73,6 +73,7 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         reader=integration.warehouse.reader,
         null_cursor_oldest=integration.null_cursor == "oldest",
         digested=integration.hidden_key_columns,
+        partition_column=kind.partition_column(integration),
     )
 
 

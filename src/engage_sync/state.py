@@ -32,6 +32,7 @@ from engage_sync import field_record
 from engage_sync.errors import LeaseLost
 from engage_sync.progress import decode_cursor, encode_cursor
 from engage_sync.resends import AFTER_KILL
+from engage_sync.state_partitions import PartitionRuns, own_runs
 from engage_sync.state_schema import (
     SETTLED,
     acks,
@@ -132,8 +133,9 @@ IN_FLIGHT_AT_CRASH = "the run stopped while the request was in flight"
 """The reason of a row whose request was in flight when its run was killed."""
 
 
-class StateStore:
-    """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
+class StateStore(PartitionRuns):
+    """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool.
+    Partitioned runs' methods are in `state_partitions`."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -447,14 +449,15 @@ class StateStore:
 
     def settled_ranges(self, integration: str, modes: Sequence[str]
                        ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
-        """(start, end] cursor ranges of requests that runs of these modes sent and the service
-        acknowledged or may have processed (in doubt), in journal order, each with the row
-        keys of its items (None when the journal did not keep them)."""
+        """(start, end] cursor ranges of requests that runs of these modes (or their
+        partitions) sent and the service acknowledged or may have processed (in doubt), in
+        journal order, each with the row keys of its items (None when the journal did not keep
+        them). Partitions' ranges overlap each other; their keys do not."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
                 .join(runs, runs.c.run_id == journal.c.run_id)
-                .where(runs.c.integration == integration, runs.c.mode.in_(list(modes)),
+                .where(own_runs(integration), runs.c.mode.in_(list(modes)),
                        journal.c.state.in_(["acked", "in_doubt", "pending"]))
             ).all()
         return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),

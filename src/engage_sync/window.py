@@ -24,12 +24,15 @@ class Window:
 
     `floor` (backfills, lookback) additionally requires cursor >= floor, and `before`
     (backfills) cursor < before, so adjacent backfill chunks never share a row.
+    `partition` (index, count) keeps only the rows of users whose key hashes to `index`
+    (`key_digest.key_bucket`): the partitions of a window are disjoint and cover it.
     """
 
     start: Cursor | None
     signpost: Any
     floor: Any = None
     before: Any = None
+    partition: tuple[int, int] | None = None
 
 
 def align(value: datetime, sample: Any) -> Any:

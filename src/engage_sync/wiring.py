@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,11 +17,13 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
+from pydantic import SecretStr
 
 from engage_sync import key_digest, secrets
 from engage_sync.config import Integration, load_integration
 from engage_sync.errors import ConfigError
-from engage_sync.pipeline import Deps, DryRun, RunOptions, dry_run, run_sync
+from engage_sync.partitioned import Execute, PartitionJob, count_for, run_partitioned
+from engage_sync.pipeline import Deps, DryRun, PartitionOf, RunOptions, dry_run, run_sync
 from engage_sync.rate_budget_shared import budgets_for
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
@@ -44,12 +47,16 @@ def open_state(url: str | None = None) -> StateStore:
     return StateStore.from_url(url)
 
 
-def warehouse_engine(integration: Integration) -> sa.Engine:
+def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.Engine:
+    """The warehouse's engine; `read_only` opens a DuckDB file read-only, so that several
+    processes (the workers of a partitioned run) may read it at once."""
     url = secrets.expand(integration.warehouse.url, integration=integration.name,
                          key="warehouse.url")
     try:
-        engine = sa.create_engine(url)
-        if url.startswith("duckdb:") and "memory_limit" not in url:
+        duckdb = url.startswith("duckdb:")
+        engine = sa.create_engine(url, **(
+            {"connect_args": {"read_only": True}} if read_only and duckdb else {}))
+        if duckdb and "memory_limit" not in url:
             # DuckDB sorts the whole window before the first batch; a memory limit makes it
             # spill to disk instead, which keeps the sync's memory flat with the row count.
             # SET (not connect-time config) so other connections to the file stay compatible.
@@ -108,6 +115,10 @@ def load_or_record(path: str | Path, store: StateStore) -> Integration:
         raise
 
 
+Runner = Callable[[Integration, RateBudgets], Execute]
+"""Given the integration and the process's budgets: how its partitions are executed."""
+
+
 def sync_file(
     path: str | Path,
     *,
@@ -116,8 +127,11 @@ def sync_file(
     budgets: RateBudgets | None = None,
     on_progress: Callable[[dict[str, int]], None] | None = None,
     clock: Callable[[], datetime] | None = None,
+    runner: Runner | None = None,
 ) -> Outcome:
-    """Run one integration file end to end. Raises ConfigError / SyncError after recording."""
+    """Run one integration file end to end, partitioned when it asks for partitions (then
+    `runner` executes them: threads of this process by default). Raises ConfigError /
+    SyncError after recording."""
     options = options or RunOptions()
     store = store or open_state()
     integration = load_or_record(path, store)
@@ -137,6 +151,18 @@ def sync_file(
         except ConfigError as exc:
             _record_config_error(store, integration.name, exc)
             raise
+        count = count_for(store, integration, options)
+        if count > 1:
+            execute = (runner or threads_runner)(integration, run_budgets)
+            try:
+                result = run_partitioned(str(Path(path).resolve()), integration, options,
+                                         store, engine, count, execute, clock or _utcnow,
+                                         portable_url(store), on_progress)
+            except ConfigError as exc:  # e.g. --partitions on a kind that cannot be split
+                _record_config_error(store, integration.name, exc)
+                raise
+            return Outcome(integration.name, record=result,
+                           alert=_alert(store, result, integration.failed_rows_alert_share))
         with http_client(integration) as client:
             deps = Deps(engine=engine, state=store, client=client, api_key=key,
                         budgets=run_budgets, on_progress=on_progress,
@@ -146,6 +172,63 @@ def sync_file(
                        alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:
         engine.dispose()
+
+
+def portable_url(store: StateStore) -> SecretStr:
+    """The store's URL for partitions in other threads or processes (a SQLite path made
+    absolute), kept secret: it may hold a password."""
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        url = url.set(database=str(Path(url.database).resolve()))
+    return SecretStr(url.render_as_string(hide_password=False))
+
+
+def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict[str, Any]:
+    """One partition of a partitioned run, in whatever process or thread runs it: the state
+    database, warehouse, API key and budget come from the job's descriptors and this process's
+    environment. `budgets`: the budgets of the coordinator's process (threads only)."""
+    store = open_state(None if job.state_url is None else job.state_url.get_secret_value())
+    try:
+        if not store.has_run(job.parent):
+            raise ConfigError(
+                f"integration {Path(job.path).stem}: partition {job.label}: the state database "
+                "this worker uses holds no run of its coordinator; give the workers the same "
+                "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
+        integration = with_expanded_service(load_integration(job.path))
+        engine = warehouse_engine(integration, read_only=job.read_only)
+        try:
+            key = secrets.api_key(integration.name, integration.service.api_key_env)
+            with http_client(integration) as client:
+                deps = Deps(engine=engine, state=store, client=client, api_key=key,
+                            budgets=budgets_for(integration, budgets))
+                return run_sync(integration, deps, job.options(),
+                                PartitionOf(job.parent, job.index, job.count))
+        finally:
+            engine.dispose()
+    finally:
+        store.engine.dispose()
+
+
+def threads_runner(_: Integration, budgets: RateBudgets) -> Execute:
+    """Partitions in threads of this process, sharing its budgets (no Prefect)."""
+
+    def execute(jobs: list[PartitionJob], tick: Callable[[], None]) -> list[BaseException | None]:
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="partition") as pool:
+            futures = [pool.submit(run_partition, job, budgets) for job in jobs]
+            return wait_ticking(futures, tick)
+
+    return execute
+
+
+def wait_ticking(futures: list[Future[Any]], tick: Callable[[], None], every: float = 2.0
+                 ) -> list[BaseException | None]:
+    """Wait for every future, calling `tick` every `every` seconds and after each one ends;
+    each future's exception (None when it returned), in order."""
+    pending = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=every, return_when=FIRST_COMPLETED)
+        tick()
+    return [f.exception() for f in futures]
 
 
 def _alert(store: StateStore, record: dict[str, Any], threshold: float | None) -> str | None:

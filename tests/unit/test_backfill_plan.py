@@ -85,6 +85,7 @@ def test_idempotency_keys_name_integration_bounds_and_options() -> None:
     assert parameters(a, True) == {"mode": "backfill", "start": "2024-01-01T00:00:00+00:00",
                                    "end": "2024-01-02T00:00:00+00:00", "dry_run": False,
                                    "resend_events": True}
+    assert parameters(a, False, partitions=4)["partitions"] == 4  # each chunk partitioned
 
 
 def test_retention_prunes_old_row_errors_and_keeps_runs(

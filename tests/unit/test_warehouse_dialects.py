@@ -114,3 +114,31 @@ def test_objects_become_json_documents_never_python_reprs() -> None:
     mixed = rows_to_batch([(T, "u1", "plain"), (T, "u2", {"a": [1, Decimal("2.5")]})],
                           SPEC.columns)  # Arrow refuses the mix: text, objects as JSON
     assert mixed.column(2).to_pylist() == ["plain", '{"a":[1,2.5]}']
+
+
+PARTITION_SQL = {  # each warehouse's md5 → leading 8 hex digits → integer → mod N
+    "snowflake": "MOD(TO_NUMBER(SUBSTR(MD5(COALESCE(CAST(\"EXTERNAL_ID\" AS VARCHAR), '')), "
+                 "1, 8), 'XXXXXXXX'), ",
+    "bigquery": "MOD(CAST(CONCAT('0x', SUBSTR(TO_HEX(MD5(COALESCE(CAST(`EXTERNAL_ID` AS "
+                "STRING), ''))), 1, 8)) AS INT64), ",
+    "redshift": "MOD(STRTOL(SUBSTRING(MD5(COALESCE(CAST(\"EXTERNAL_ID\" AS VARCHAR), '')), "
+                "1, 8), 16), ",
+    "databricks": "MOD(CAST(CONV(SUBSTR(MD5(COALESCE(CAST(`EXTERNAL_ID` AS STRING), '')), 1, "
+                  "8), 16, 10) AS BIGINT), ",
+}
+
+
+@pytest.mark.parametrize("name", list(DIALECTS))
+def test_a_partition_is_selected_in_each_warehouse_by_the_md5_of_the_user_key(name: str
+                                                                              ) -> None:
+    """Each partition reads only its own users: the predicate is the warehouse's own SQL, with
+    the partition and the count bound, next to the window's predicate."""
+    spec = replace(SPEC, partition_column="EXTERNAL_ID")
+    query = build_query(spec, {c: c for c in spec.columns},
+                        Window(START, SIGNPOST, partition=(2, 4)))
+    compiled = query.compile(dialect=dialect(name))
+    sql = " ".join(str(compiled).split())
+    assert PARTITION_SQL[name] in sql, sql
+    assert sorted(v for v in compiled.params.values() if isinstance(v, int)) == [2, 4]
+    unpartitioned = build_query(spec, {c: c for c in spec.columns}, Window(START, SIGNPOST))
+    assert "MD5" not in str(unpartitioned.compile(dialect=dialect(name))).upper()

@@ -42,6 +42,9 @@ class Kind:
     diffable: its objects are an identifier and attributes the service keeps (attributes), so
         an integration's `diff: fields` sends only the attributes that changed
         (`field_diff`); every other kind is sent as read.
+    user_column: the column that names the one user each row touches, so a run may be split
+        into partitions by its hash (`partitions`); None where a row may touch two users
+        (merges, renames, identify) or must be seen whole (deletes: the cap counts the window).
     """
 
     name: str
@@ -55,6 +58,7 @@ class Kind:
     irreversible: bool = False
     group_commits: bool = False
     diffable: bool = False
+    user_column: Callable[[Integration], str | None] | None = None
 
     def rate_group(self, integration: Integration) -> str:
         """The rate-limit group its requests draw from."""
@@ -65,6 +69,10 @@ class Kind:
         unknown is sent again when the kind is idempotent or the integration says `resend`;
         otherwise (`skip`) it is counted in doubt and not sent again."""
         return self.idempotent or integration.in_doubt == "resend"
+
+    def partition_column(self, integration: Integration) -> str | None:
+        """The column whose hash decides a row's partition, or None: not partitionable."""
+        return None if self.user_column is None else self.user_column(integration)
 
     def diffs(self, integration: Integration) -> bool:
         """Whether runs of this integration send only the attributes that changed."""

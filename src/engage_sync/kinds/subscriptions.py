@@ -121,9 +121,16 @@ def _columns(integration: Integration) -> list[str]:
     return list(spec_of(integration).data_columns())
 
 
+def _user_column(integration: Integration) -> str | None:
+    """Partitionable when rows name users by one identifier kind only: with several (a row
+    fills one of them), one user's rows could hash apart."""
+    kinds = spec_of(integration).user.kinds()
+    return kinds[0][1][0] if len(kinds) == 1 else None
+
+
 SUBSCRIPTIONS = Kind(name="subscriptions", rank=30, idempotent=True, columns=_columns,
                      transform=transform, packer=packer, endpoint=endpoint,
-                     section="subscriptions")
+                     section="subscriptions", user_column=_user_column)
 
 
 # --- subscription_groups inside /users/track attributes ----------------------------------

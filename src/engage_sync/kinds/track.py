@@ -60,10 +60,17 @@ def _track(_: Integration) -> str:
     return ENDPOINT
 
 
+def user_column(integration: Integration) -> str:
+    """Each row names one user by one identifier kind: its first column (an alias's name)."""
+    return integration.identifier_columns[0]
+
+
 ATTRIBUTES = Kind(name="attributes", rank=40, idempotent=True, columns=attribute_columns,
                   transform=transform_batch, packer=packer, endpoint=_track,
-                  group_commits=True, diffable=True)
+                  group_commits=True, diffable=True, user_column=user_column)
 EVENTS = Kind(name="events", rank=50, idempotent=False, columns=event_columns,
-              transform=transform_batch, packer=packer, endpoint=_track)
+              transform=transform_batch, packer=packer, endpoint=_track,
+              user_column=user_column)
 PURCHASES = Kind(name="purchases", rank=60, idempotent=False, columns=purchase_columns,
-                 transform=transform_batch, packer=packer, endpoint=_track)
+                 transform=transform_batch, packer=packer, endpoint=_track,
+                 user_column=user_column)
