@@ -61,6 +61,7 @@ def test_a_fold_applies_every_delta_in_settle_order(
     """Random fresh and merge deltas over 40 users, settled in many transactions and folded
     now and then: the record equals a model that applies them one by one."""
     monkeypatch.setattr(field_record, "FOLD_ROWS", 7)  # users straddle the fold's pages
+    monkeypatch.setattr(field_record, "LOG_ROWS", 5)  # a settle's deltas in several INSERTs
     rnd = random.Random(12)
     model: dict[bytes, dict[int, int]] = {}
     for settle in range(60):
