@@ -9,8 +9,9 @@ Invariants:
   folded first (`open` folds what an earlier run left; `close` folds what this run logged).
   A user the lookup does not find may have logged fresh deltas: it is sent whole again, and
   its new fresh delta, a whole record, supersedes them. So a run that opened on an empty
-  record (`blank`: a first run, or one after `forget`) looks nothing up and keeps neither the
-  pending map nor the filter: every item is sent whole, and folded at the run's end;
+  record (`blank`: a first run, or one after `forget`), and a full resync, look nothing up
+  and keep neither the pending map nor the filter: every item is sent whole, and folded at
+  the run's end (so a run's memory never grows with its rows);
 - an item is diffed against what the service will hold once everything already handed to the
   send loop is acknowledged: the stored record, overridden by the expectation of the items of
   this run not yet settled for the same user (`pending`). So a value changed by one row and
@@ -88,12 +89,12 @@ class Differ:
         send), a changed one carries only its changed attributes; each keeps the digests to
         record."""
         at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
-        if self.blank and not self.refresh:
+        if self.refresh or self.blank:
             self._apply_whole(outcomes, at)
             return
         users = [outcomes[k].user for k in at]  # type: ignore[union-attr]
         pending = self.pending
-        stored = {} if self.refresh or self.blank else self._stored(
+        stored = self._stored(
             [user_key(u) for u in users if u not in pending])
         for k, user in zip(at, users, strict=True):
             item = outcomes[k]
@@ -101,14 +102,14 @@ class Differ:
             held = pending.get(user)
             blob = stored.get(user_key(user)) if stored and held is None else None
             last = held[1] if held else (decode(blob) if blob is not None else None)
-            change = diff(orjson.loads(item.blob), identifier_of(user), last, self.refresh)
+            change = diff(orjson.loads(item.blob), identifier_of(user), last)
             self.saved += change.saved
             if change.obj is None:
                 self.unchanged += 1
                 outcomes[k] = UNCHANGED
                 continue
             sent = item.blob if change.whole else orjson.dumps(change.obj)
-            fresh = FRESH if last is None and not self.refresh else MERGE
+            fresh = FRESH if last is None else MERGE
             outcomes[k] = Item(item.seq, item.key, user, item.array, sent, item.group,
                                change.sent, fresh + encode(change.delta))
             # a whole object's delta is the user's whole record: kept as it is, not copied
@@ -117,21 +118,23 @@ class Differ:
 
     def _apply_whole(self, outcomes: list[Item | tuple[str, str] | Unchanged | None],
                      at: list[int]) -> None:
-        """A run that opened on an empty record: every item is sent whole and logged fresh,
-        with no pending map (a user's later item is a whole record too: the last one
-        acknowledged wins at the fold)."""
+        """A full resync, or a run that opened on an empty record: every item is sent whole,
+        with no lookup and no pending map. On an empty record each is logged fresh (a user's
+        later item is a whole record too: the last one acknowledged wins at the fold); a
+        resync's are merged on top of the record, in settle order, at the fold."""
+        tag = MERGE if self.refresh else FRESH
         for k in at:
             item = outcomes[k]
             assert isinstance(item, Item)
             change = diff(orjson.loads(item.blob), identifier_of(item.user), None)
             outcomes[k] = Item(item.seq, item.key, item.user, item.array, item.blob,
-                               item.group, change.sent, FRESH + encode(change.delta))
+                               item.group, change.sent, tag + encode(change.delta))
 
     def release(self, items: Iterable[Item]) -> None:
         """These items settled (acknowledged, failed or in doubt): no longer pending, and
         their users' acknowledged fields (if any) are in the record's log. A run on an empty
-        record keeps neither: it looks nothing up until it folds."""
-        if self.blank:
+        record, or a full resync, keeps neither: it looks nothing up."""
+        if self.blank or self.refresh:
             return
         self.logged.add([user_key(i.user) for i in items if i.fields])
         if self.logged.full:

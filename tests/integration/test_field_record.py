@@ -234,3 +234,34 @@ def test_a_full_filter_folds_the_log(store: StateStore, monkeypatch: pytest.Monk
     assert _logged(store) == 1
     differ.release(items)
     assert _logged(store) == 0 and differ.logged.count == 0
+
+
+def _resync_u1(state: StateStore) -> None:
+    """A full resync of two rows of u1 (plan gold, then free), settled and folded."""
+    differ = Differ(INTEGRATION, state, refresh=True)
+    differ.open()
+    items: list[Any] = [_item(0, "gold"), _item(1, "free")]
+    differ.apply(items)
+    assert differ.pending == {} and all(i.fields[:1] == MERGE for i in items)
+    for item in items:
+        state.settle("r1", INTEGRATION, [], acked_fields=[(item.user, item.fields)])
+    differ.release(items)
+    differ.close()
+    assert differ.pending == {} and _logged(state) == 0
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_full_resync_keeps_no_pending_map_and_merges_at_the_fold(
+    store: StateStore, empty: bool
+) -> None:
+    """A full resync sends every item whole with no lookup, keeps nothing pending whatever
+    its rows (on an empty record too), and its deltas merge on top of the record: an
+    attribute its objects do not carry keeps its digest."""
+    store.settle("r0", INTEGRATION, [], acked_fields=[
+        ("external_id:u1", FRESH + field_diff.encode({7: 70}))])
+    if empty:
+        store.forget_fields(INTEGRATION)
+    _resync_u1(store)
+    plan = {field_diff.slot_of("plan"): field_diff.value_digest("plan", "free")}
+    kept = {} if empty else {7: 70}
+    assert _record(store) == {field_diff.user_key("external_id:u1"): {**kept, **plan}}
