@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
-from engage_sync import key_digest, kinds
+from engage_sync import duckdb_turns, key_digest, kinds
 from engage_sync.config import Integration, partition_problem
 from engage_sync.errors import ConfigError, SyncError
 from engage_sync.extract import count_rows
@@ -222,7 +222,7 @@ def run_partitioned(path: str, integration: Integration, options: RunOptions,
         count_skipped(integration, engine, spec, store, opened.run_id)
         if on_progress is not None:  # one COUNT, for progress lines only
             parts.window_rows = count_rows(engine, spec, window)
-        engine.dispose()  # before workers open the warehouse (a DuckDB file admits one writer)
+        duckdb_turns.release(engine)  # before workers open the warehouse (one writer a file)
         read_only = integration.task_runner.separate_processes
         jobs = [PartitionJob(path, k, count, opened.run_id, options.mode, options.start,
                              options.end, options.resend_events, state_url, read_only)

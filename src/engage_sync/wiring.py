@@ -19,7 +19,7 @@ import httpx
 import sqlalchemy as sa
 from pydantic import SecretStr
 
-from engage_sync import key_digest, secrets
+from engage_sync import duckdb_turns, key_digest, secrets
 from engage_sync.config import Integration, load_integration
 from engage_sync.errors import ConfigError
 from engage_sync.partitioned import Execute, PartitionJob, count_for, run_partitioned
@@ -56,6 +56,8 @@ def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.En
         duckdb = url.startswith("duckdb:")
         engine = sa.create_engine(url, **(
             {"connect_args": {"read_only": True}} if read_only and duckdb else {}))
+        if duckdb:
+            duckdb_turns.take_turns(engine)
         if duckdb and "memory_limit" not in url:
             # DuckDB sorts the whole window before the first batch; a memory limit makes it
             # spill to disk instead, which keeps the sync's memory flat with the row count.
@@ -171,7 +173,7 @@ def sync_file(
         return Outcome(integration.name, record=result,
                        alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:
-        engine.dispose()
+        duckdb_turns.release(engine)
 
 
 def portable_url(store: StateStore) -> SecretStr:
@@ -204,7 +206,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict
                 return run_sync(integration, deps, job.options(),
                                 PartitionOf(job.parent, job.index, job.count))
         finally:
-            engine.dispose()
+            duckdb_turns.release(engine)
     finally:
         store.engine.dispose()
 
