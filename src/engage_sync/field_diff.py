@@ -8,7 +8,7 @@ digest, stored as one compact blob (`encode`, 12 bytes per attribute).
 Invariants (property-tested):
 - the identifier key and `_update_existing_only` are kept in every object sent and are never
   diffed or billed; every other key is an attribute, billed once per object sent;
-- with no record for the user (never sent, or forgotten) or when refreshing (a full resync),
+- with no record for the user (never sent, or forgotten; a full resync diffs against none),
   the object is sent whole and every attribute is recorded;
 - otherwise only the attributes whose digest differs from the record (or that the record does
   not hold) are sent; an object none of whose attributes changed is not sent at all;
@@ -109,11 +109,10 @@ class Change:
     saved: int
 
 
-def diff(obj: dict[str, Any], identifier: str, last: Digests | None,
-         refresh: bool = False) -> Change:
+def diff(obj: dict[str, Any], identifier: str, last: Digests | None) -> Change:
     """Reduce `obj` to its identifier, its update flag and the attributes whose digest is not
     the one in `last` (see the module's invariants)."""
-    if last is None or refresh:
+    if last is None:
         return _whole(obj, identifier)
     delta: Digests = {}
     reduced: dict[str, Any] = {}

@@ -89,6 +89,7 @@ def test_null_is_sent_once_then_nothing() -> None:
 
 @given(ATTRIBUTES)
 def test_refresh_sends_everything_and_records_it(attributes: dict[str, Any]) -> None:
+    """A full resync diffs against no record (`Differ` on refresh)."""
     record = diff(_obj(attributes), "external_id", None).delta
-    change = diff(_obj(attributes), "external_id", record, refresh=True)
+    change = diff(_obj(attributes), "external_id", None)
     assert change.obj == _obj(attributes) and change.delta == record
