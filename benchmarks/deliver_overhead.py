@@ -1,8 +1,9 @@
 """Delivery overhead: requests per second of `Deliverer.send` against raw `client.post`.
 
-Both send the same 75-object /users/track body over the same keep-alive `httpx.Client`, in the
-same run, alternating, so the difference is what the delivery layer adds (rate budget,
-classify, tenacity, logging checks). Two servers:
+Both send the same 75-object /users/track body over the same keep-alive connection pool (an
+`httpx.Client` over a transport, and the `Deliverer` straight on that transport), in the same
+run, alternating, so the difference is what the delivery layer adds (rate budget, classify,
+tenacity, logging checks) less what it saves by skipping the client layer. Two servers:
 
 - ``mock``: an `httpx.MockTransport` answering 201 in-process (the overhead, magnified);
 - ``loopback``: a trivial Starlette app under uvicorn in a separate process on 127.0.0.1
@@ -100,7 +101,8 @@ class Figures:
     deliver_cpu_us: float
 
 
-def measure(client: httpx.Client, n: int, runs: int, threads: int) -> Figures:
+def measure(client: httpx.Client, transport: httpx.BaseTransport, n: int, runs: int,
+            threads: int) -> Figures:
     """Medians over `runs` runs of requests/s and client CPU µs per request, both ways.
 
     Each run sends n requests each way in 10 alternating chunks, so both see the same load
@@ -108,7 +110,7 @@ def measure(client: httpx.Client, n: int, runs: int, threads: int) -> Figures:
     """
     request = make_request()
     budgets = RateBudgets({"users_track": (10**9, 1.0)})
-    deliverer = Deliverer(client, KEY, budgets)
+    deliverer = Deliverer(transport, KEY, budgets, base_url=str(client.base_url))
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 
     def raw() -> object:
@@ -160,9 +162,9 @@ def main() -> None:
     print("| server, threads | raw req/s | send req/s | ratio | raw CPU µs/req "
           "| send CPU µs/req | overhead CPU µs/req |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    with httpx.Client(transport=httpx.MockTransport(mock_handler),
-                      base_url="http://mock") as client:
-        report("MockTransport, 1", measure(client, n, runs, 1))
+    mock = httpx.MockTransport(mock_handler)
+    with httpx.Client(transport=mock, base_url="http://mock") as client:
+        report("MockTransport, 1", measure(client, mock, n, runs, 1))
 
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
@@ -175,9 +177,10 @@ def main() -> None:
             except httpx.TransportError:
                 time.sleep(0.1)
         limits = httpx.Limits(max_connections=8, max_keepalive_connections=8)
-        with httpx.Client(base_url=base, limits=limits, timeout=30) as client:
-            report("uvicorn loopback, 1", measure(client, n, runs, 1))
-            report("uvicorn loopback, 4", measure(client, n, runs, 4))
+        pool = httpx.HTTPTransport(limits=limits)
+        with httpx.Client(base_url=base, transport=pool, timeout=30) as client:
+            report("uvicorn loopback, 1", measure(client, pool, n, runs, 1))
+            report("uvicorn loopback, 4", measure(client, pool, n, runs, 4))
     finally:
         server.terminate()
         server.wait(10)

@@ -14,7 +14,7 @@ Prefect home each time, and reports:
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
-        [--runs 3] [--paths prefect,no-prefect] [--no-rate-limits] [--profile]
+        [--runs 3] [--paths prefect,no-prefect] [--no-rate-limits] [--diff off|fields] [--profile]
         [--workdir DIR] [--json]
 """
 
@@ -87,9 +87,11 @@ def build_events(path: Path, rows: int) -> None:
     con.close()
 
 
-def write_integration(folder: Path, warehouse: Path, base_url: str, kind: str) -> Path:
+def write_integration(folder: Path, warehouse: Path, base_url: str, kind: str,
+                      diff: str | None = None) -> Path:
     table = EVENTS_TABLE if kind == "events" else "USERS_SYNC"
     key = "row_key: [EVENT_ID]\n" if kind == "events" else ""
+    key += f"diff: '{diff}'\n" if diff else ""  # attributes only; else the default (fields)
     path = folder / f"bench_{kind}.yaml"
     path.write_text(
         f"kind: {kind}\nwarehouse:\n  url: duckdb:///{warehouse}\nsource:\n  table: {table}\n"
@@ -224,6 +226,8 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--paths", default="prefect,no-prefect")
     p.add_argument("--no-rate-limits", action="store_true")
+    p.add_argument("--diff", choices=("off", "fields"),
+                   help="attributes: the field diff (default: the integration default, fields)")
     p.add_argument("--profile", action="store_true", help="py-spy the last run of each path")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-user-bench"))
     p.add_argument("--json", action="store_true")
@@ -239,7 +243,7 @@ def main() -> int:
     port = free_port()
     sandbox = start_sandbox(port, not args.no_rate_limits, workdir / "sandbox.log")
     base_url = f"http://127.0.0.1:{port}"
-    integration = write_integration(workdir, warehouse, base_url, args.kind)
+    integration = write_integration(workdir, warehouse, base_url, args.kind, args.diff)
     paths = args.paths.split(",")
     results: list[dict[str, Any]] = []
     try:

@@ -129,7 +129,7 @@ class Deps:
 
     engine: Engine
     state: StateStore
-    client: httpx.Client
+    transport: httpx.BaseTransport  # the keep-alive pool to the service (wiring.http_transport)
     api_key: str
     budgets: RateBudgets = field(default_factory=RateBudgets)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -293,8 +293,10 @@ class _Run:
                 requests=service.rate_limit.requests,
                 per_seconds=service.rate_limit.per_seconds)
         deliverer = Deliverer(
-            client=self.deps.client, api_key=self.deps.api_key, budgets=self.deps.budgets,
+            transport=self.deps.transport, api_key=self.deps.api_key, budgets=self.deps.budgets,
             base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,
+            timeout=httpx.Timeout(service.timeout_seconds,
+                                  connect=min(10.0, service.timeout_seconds)),
             log_context={"integration": self.i.name}, guard=self._check_lease,
         )
         mode, stored = self.options.mode, self.stored
@@ -421,8 +423,8 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
     An irreversible kind (deletes) lists every object it would send (`sample`), not a sample."""
     if kinds.kind_of(integration).irreversible:
         sample_size = sys.maxsize
-    with httpx.Client() as client:  # never used: nothing is sent
-        run = _Run(integration, Deps(engine=engine, state=state, client=client, api_key="",
+    with httpx.HTTPTransport() as transport:  # never used: nothing is sent
+        run = _Run(integration, Deps(engine=engine, state=state, transport=transport, api_key="",
                                      clock=clock), options)
         packer = run.kind.packer(integration)
         result = DryRun()

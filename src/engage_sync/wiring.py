@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -84,14 +84,35 @@ def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
 
 
-def http_client(integration: Integration) -> httpx.Client:
+def http_transport(integration: Integration) -> httpx.BaseTransport:
+    """The keep-alive pool a run sends through (`deliver.Deliverer`): one connection per request
+    in flight, and the proxy the environment names for the service's URL, as an
+    `httpx.Client` would use (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY)."""
     s = integration.service
-    return httpx.Client(
-        base_url=s.base_url,
-        timeout=httpx.Timeout(s.timeout_seconds, connect=min(10.0, s.timeout_seconds)),
-        limits=httpx.Limits(max_connections=s.max_in_flight,
-                            max_keepalive_connections=s.max_in_flight),
-    )
+    in_flight = s.max_in_flight
+    return httpx.HTTPTransport(
+        limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),
+        proxy=proxy_for(s.base_url, dict(os.environ)))
+
+
+def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
+    """The proxy `environ` names for `url`, or None (NO_PROXY matches, or none is set)."""
+    parsed = httpx.URL(url)
+    proxies = {k.lower().removesuffix("_proxy"): v for k, v in environ.items()
+               if k.lower().endswith("_proxy") and v}
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy or _bypassed(parsed.host, proxies.get("no", "")):
+        return None
+    return proxy
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether NO_PROXY (comma-separated hosts or domains, `*` for all) covers `host`."""
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        name = entry.rsplit(":", 1)[0].lstrip(".") if entry else ""
+        if entry == "*" or (name and (host == name or host.endswith("." + name))):
+            return True
+    return False
 
 
 @dataclass
@@ -165,8 +186,8 @@ def sync_file(
                 raise
             return Outcome(integration.name, record=result,
                            alert=_alert(store, result, integration.failed_rows_alert_share))
-        with http_client(integration) as client:
-            deps = Deps(engine=engine, state=store, client=client, api_key=key,
+        with http_transport(integration) as transport:
+            deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
                         budgets=run_budgets, on_progress=on_progress,
                         clock=clock or _utcnow)
             result = run_sync(integration, deps, options)
@@ -200,8 +221,8 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict
         engine = warehouse_engine(integration, read_only=job.read_only)
         try:
             key = secrets.api_key(integration.name, integration.service.api_key_env)
-            with http_client(integration) as client:
-                deps = Deps(engine=engine, state=store, client=client, api_key=key,
+            with http_transport(integration) as transport:
+                deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
                             budgets=budgets_for(integration, budgets))
                 return run_sync(integration, deps, job.options(),
                                 PartitionOf(job.parent, job.index, job.count))

@@ -43,11 +43,10 @@ def test_errors_naming_no_item_are_kept_counted_and_listed(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def client(integration: Integration) -> httpx.Client:
-        return httpx.Client(base_url=integration.service.base_url,
-                            transport=_with_stray_error(httpx.HTTPTransport()))
+    def transport(integration: Integration) -> httpx.BaseTransport:
+        return _with_stray_error(httpx.HTTPTransport())
 
-    monkeypatch.setattr(wiring, "http_client", client)
+    monkeypatch.setattr(wiring, "http_transport", transport)
     path = table_integration(warehouse, service, tmp_path, "events", event_rows(150),
                              service={"max_in_flight": 1})
     record = sync_file(path, store=state).record

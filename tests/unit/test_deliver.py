@@ -11,7 +11,7 @@ import httpx
 import orjson
 import pytest
 
-from engage_sync.deliver import Deliverer
+from engage_sync.deliver import DEFAULT_TIMEOUT, Deliverer
 from engage_sync.items import Item
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.request import Request
@@ -74,10 +74,10 @@ def deliverer() -> Factory:
               clock: FakeClock | None = None) -> tuple[Deliverer, Script, FakeClock]:
         clock = clock or FakeClock(start=0.0)
         script = Script(clock, *answers)
-        client = httpx.Client(transport=httpx.MockTransport(script), base_url=BASE)
         budgets = budgets or RateBudgets(clock=clock.monotonic, wall=clock.time,
                                          sleep=clock.sleep)
-        d = Deliverer(client, KEY, budgets, retry_deadline=deadline, sleep=clock.sleep,
+        d = Deliverer(httpx.MockTransport(script), KEY, budgets, base_url=BASE,
+                      retry_deadline=deadline, sleep=clock.sleep,
                       clock=clock.monotonic, wall=clock.time,
                       log_context={"integration": "demo_users"})
         return d, script, clock
@@ -95,6 +95,10 @@ def test_ok_first_time_with_the_right_headers(deliverer: Factory) -> None:
     assert sent.headers["content-type"] == "application/json"
     assert "x-braze-bulk" not in sent.headers
     assert orjson.loads(sent.content)["attributes"][0]["external_id"] == "u0"
+    assert sent.headers["user-agent"].startswith("engage-sync/")
+    assert sent.headers["content-length"] == str(len(sent.content))
+    # straight to the transport: the attempt's timeout travels with the request
+    assert sent.extensions["timeout"] == DEFAULT_TIMEOUT.as_dict()
 
 
 def test_bulk_requests_carry_the_bulk_header(deliverer: Factory) -> None:
@@ -279,10 +283,10 @@ def test_the_key_and_payload_never_reach_logs_errors_or_reprs(
 
 
 def test_a_bad_key_is_refused_without_being_repeated() -> None:
-    client = httpx.Client(transport=httpx.MockTransport(lambda r: OK), base_url=BASE)
+    transport = httpx.MockTransport(lambda r: OK)
     for bad in ("", " sk-padded ", "sk-with\nnewline"):
         with pytest.raises(ValueError) as info:
-            Deliverer(client, bad, RateBudgets())
+            Deliverer(transport, bad, RateBudgets(), base_url=BASE)
         assert "sk-" not in str(info.value)
 
 

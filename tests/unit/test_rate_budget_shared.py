@@ -267,10 +267,10 @@ def deliverer_on(store: MemoryStore, clock: FakeClock,
             raise answer
         return answer
 
-    client = httpx.Client(transport=httpx.MockTransport(handler), base_url="https://svc.test")
     budgets = SharedRateBudgets(store, block=1, clock=clock.monotonic, wall=clock.time,
                                 sleep=clock.sleep)
-    return Deliverer(client, "sk-test-key", budgets, sleep=clock.sleep, clock=clock.monotonic,
+    return Deliverer(httpx.MockTransport(handler), "sk-test-key", budgets,
+                     base_url="https://svc.test", sleep=clock.sleep, clock=clock.monotonic,
                      wall=clock.time), sent
 
 
