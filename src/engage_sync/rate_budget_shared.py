@@ -54,8 +54,9 @@ class TokenStore(Protocol):
     url: str  # redacted
 
     def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
-        """Refill the bucket by elapsed time (at most `capacity`), then take `n` tokens if
-        there are that many. Returns (tokens granted: n or 0, seconds until n are there)."""
+        """Refill the bucket by elapsed time (at most `capacity`), then take up to `n` of its
+        whole tokens. Returns (tokens granted: 1 to n, or 0; seconds until one is there).
+        (Partial grants: waiting for a whole block let the bucket sit full, its refill lost.)"""
         ...
 
     def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
@@ -109,6 +110,7 @@ class SharedRateBudget(RateBudget):
         self._store, self._key, self._block = store, key, block
         self._take_lock = threading.Lock()
         self._left = 0  # tokens of the current block not used yet
+        self._got = 0  # tokens the current block was granted
         self._size = max(1, self.plan.block // 2)  # tokens the next take asks for
         self._expires = float("-inf")  # when they stop being usable (on `clock`)
 
@@ -132,14 +134,15 @@ class SharedRateBudget(RateBudget):
             block = self.plan
             # the last block used up in time: ask for twice as many; expired: for what was used
             self._size = (min(self._size * 2, block.block) if self._left <= 0
-                          else max(1, min(self._size - self._left, block.block)))
+                          else max(1, min(self._got - self._left, block.block)))
             self._left, waited = 0, 0.0
             while True:
                 asked = self._clock()  # the block's life counts from before it was granted
                 granted, wait = self._store.take(self._key, self._size, block.rate,
                                                  block.block)
                 if granted:
-                    self._left, self._expires = granted - 1, asked + block.lifetime
+                    self._got, self._left = granted, granted - 1
+                    self._expires = asked + block.lifetime
                     return waited
                 wait = max(wait, 1e-3)
                 self._sleep(wait)

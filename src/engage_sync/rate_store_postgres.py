@@ -31,9 +31,10 @@ _INSERT = sa.text(f"INSERT INTO {TABLE} (bucket, tokens, stamp) "
 _AVAIL = ("least(CAST(:cap AS double precision), tokens + :rate * "
           "extract(epoch from (statement_timestamp() - stamp))::double precision)")
 # SET expressions all read the row as it was: `granted` and `tokens` agree on the same refill
+_GRANT = f"CASE WHEN {_AVAIL} >= 1 THEN least(:n, floor({_AVAIL})) ELSE 0 END"
 _TAKE = sa.text(f"""UPDATE {TABLE} SET
-    granted = CASE WHEN {_AVAIL} >= :n THEN :n ELSE 0 END,
-    tokens = {_AVAIL} - CASE WHEN {_AVAIL} >= :n THEN :n ELSE 0 END,
+    granted = {_GRANT},
+    tokens = {_AVAIL} - {_GRANT},
     stamp = statement_timestamp()
     WHERE bucket = :bucket RETURNING granted, tokens""")
 _DRAIN = sa.text(f"""UPDATE {TABLE} SET
@@ -69,7 +70,7 @@ class PostgresTokenStore:
                 row = conn.execute(_TAKE, {"bucket": key, "n": n, "rate": rate,
                                            "cap": capacity}).one()
             granted, tokens = int(row[0]), float(row[1])
-            return granted, 0.0 if granted else (n - tokens) / rate
+            return granted, 0.0 if granted else (1 - tokens) / rate
 
         return guarded(self, (SQLAlchemyError, OSError), call)
 

@@ -32,7 +32,8 @@ local stamp = tonumber(state[2]) or now
 local avail = math.min(cap, tokens + rate * math.max(0, now - stamp))
 local granted = 0
 if ARGV[1] == 'take' then
-  if avail >= tonumber(ARGV[2]) then granted = tonumber(ARGV[2]) end
+  granted = math.min(tonumber(ARGV[2]), math.floor(avail))
+  if granted < 1 then granted = 0 end
   avail = avail - granted
 else
   avail = math.min(avail, -rate * tonumber(ARGV[2]))
@@ -60,7 +61,7 @@ class RedisTokenStore:
 
     def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
         granted, tokens = self._run("take", key, n, rate, capacity)
-        return granted, 0.0 if granted else (n - tokens) / rate
+        return granted, 0.0 if granted else (1 - tokens) / rate
 
     def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
         self._run("drain", key, seconds, rate, capacity)

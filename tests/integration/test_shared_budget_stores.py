@@ -45,13 +45,14 @@ def key() -> str:
     return f"http://svc.test|users_track|{uuid.uuid4()}"
 
 
-def test_a_full_bucket_gives_a_block_then_says_how_long_to_wait(store: Store) -> None:
+def test_a_full_bucket_gives_a_block_then_what_it_has_then_says_how_long_to_wait(
+        store: Store) -> None:
     k = key()
     assert store.take(k, 5, 10.0, 5) == (5, 0.0)  # a new bucket starts with one block
     granted, wait = store.take(k, 5, 10.0, 5)
-    assert granted == 0 and 0.35 < wait <= 0.5  # 5 tokens at 10 a second, less time spent
-    time.sleep(wait + 0.02)
-    assert store.take(k, 5, 10.0, 5)[0] == 5
+    assert granted == 0 and 0.05 < wait <= 0.1  # one token at 10 a second, less time spent
+    time.sleep(0.35)
+    assert store.take(k, 5, 10.0, 5)[0] in (3, 4)  # part of a block: the whole tokens there
     time.sleep(1.0)  # refilled, but never above the capacity
     assert store.take(k, 5, 10.0, 5)[0] == 5
     assert store.take(k, 1, 10.0, 5)[0] == 0

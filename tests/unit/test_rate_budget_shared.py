@@ -4,6 +4,8 @@ Nothing here really sleeps."""
 
 from __future__ import annotations
 
+import math
+
 import random
 from pathlib import Path
 
@@ -45,9 +47,9 @@ class MemoryStore:
     def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
         self.takes += 1
         avail = self._avail(key, rate, capacity)
-        granted = n if avail >= n else 0
+        granted = min(n, math.floor(avail)) if avail >= 1 else 0
         self.buckets[key] = (avail - granted, self.clock.monotonic())
-        return granted, 0.0 if granted else (n - avail) / rate
+        return granted, 0.0 if granted else (1 - avail) / rate
 
     def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
         avail = self._avail(key, rate, capacity)
