@@ -5,7 +5,6 @@ Nothing here really sleeps."""
 from __future__ import annotations
 
 import math
-
 import random
 from pathlib import Path
 
