@@ -115,6 +115,24 @@ def test_a_block_is_one_store_hit_and_its_unused_tokens_expire() -> None:
     assert store.buckets["svc|users_track"][0] == pytest.approx(48, abs=0.1)
 
 
+def test_a_take_gets_what_the_bucket_holds_rather_than_waiting_for_a_whole_block() -> None:
+    """Waiting for a whole block let the bucket sit full while it refilled, and a full bucket
+    loses its refill: the budget takes the tokens that are there and goes on."""
+    clock = FakeClock()
+    store = MemoryStore(clock)
+    b = shared(store, clock, 3000, 3.0)
+    b._size = 50
+    store.buckets["svc|users_track"] = (3.4, clock.monotonic())  # 3 whole tokens there
+    start = clock.monotonic()
+    for _ in range(3):
+        b.acquire()
+    assert clock.monotonic() == start  # no wait for the 47 missing
+    assert store.takes == 1 and store.buckets["svc|users_track"][0] == pytest.approx(0.4)
+    b.acquire()  # the bucket is short of one token: wait for one (0.6 ms, at least the
+    # 1 ms floor of a wait), not for a block (50 tokens: 51 ms)
+    assert clock.monotonic() - start == pytest.approx(1e-3)
+
+
 def test_a_429_seen_by_one_participant_pauses_every_other() -> None:
     clock = FakeClock()
     store = MemoryStore(clock)
