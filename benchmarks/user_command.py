@@ -1,5 +1,6 @@
-"""What a user runs, timed as a whole: `engage-sync run FILE` (a Prefect flow run, as a
-deployment runs it) and `engage-sync run FILE --no-prefect`, each as its own process.
+"""What a user runs, timed as a whole: `engage-sync run FILE` (a Prefect flow run on a temporary
+server, as a run without PREFECT_API_URL does; `prefect-served`: on a server already running,
+as a deployment's run is) and `engage-sync run FILE --no-prefect`, each as its own process.
 
 Per case it builds (or reuses) a DuckDB warehouse of N rows, starts the lean sandbox on
 127.0.0.1 (with the service's real /users/track limit, or none with --no-rate-limits), then
@@ -14,7 +15,8 @@ Prefect home each time, and reports:
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
-        [--runs 3] [--paths prefect,no-prefect] [--no-rate-limits] [--diff off|fields] [--profile]
+        [--runs 3] [--paths prefect,prefect-served,no-prefect] [--no-rate-limits]
+        [--diff off|fields] [--profile]
         [--workdir DIR] [--json]
 """
 
@@ -38,6 +40,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline_throughput import (
     API_KEY,
@@ -49,6 +52,9 @@ from pipeline_throughput import (
     stop,
     warehouse_rows,
 )
+
+from tests.prefect.conftest import _stop as stop_server
+from tests.prefect.conftest import start_prefect_server
 
 BIN = Path(sys.executable).parent
 EVENTS_TABLE = "EVENTS_SYNC"
@@ -159,11 +165,19 @@ def _name(pid: int) -> str:
 
 
 def one_run(path: str, integration: Path, workdir: Path, base_url: str,
-            profile: Path | None) -> dict[str, Any]:
+            profile: Path | None, served: tuple[str, Path] | None = None) -> dict[str, Any]:
+    """One command, timed whole. `served`: (API URL, PREFECT_HOME) of a running Prefect
+    server, for the `prefect-served` path (a flow run on a server that is already up, as a
+    deployment's run is); the `prefect` path starts a temporary server, as a run without
+    PREFECT_API_URL does."""
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     env = {**os.environ, "ENGAGE_API_KEY": API_KEY, "PREFECT_HOME": str(run_dir / "prefect"),
            "ENGAGE_SYNC_STATE_URL": f"sqlite:///{run_dir / 'state.db'}",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    env.pop("PREFECT_API_URL", None)
+    if path == "prefect-served":
+        assert served is not None
+        env["PREFECT_API_URL"], env["PREFECT_HOME"] = served[0], str(served[1])
     cmd = [str(BIN / "engage-sync"), "run", str(integration)]
     if path == "no-prefect":
         cmd.append("--no-prefect")
@@ -246,18 +260,25 @@ def main() -> int:
     integration = write_integration(workdir, warehouse, base_url, args.kind, args.diff)
     paths = args.paths.split(",")
     results: list[dict[str, Any]] = []
+    server, served = None, None
+    if "prefect-served" in paths:
+        home = Path(tempfile.mkdtemp(dir=workdir, prefix="prefect-served-"))
+        server, api = start_prefect_server(home)
+        served = (api, home)
     try:
         for k in range(args.runs):
             for path in paths:
                 prof = workdir / f"{path}.prof.txt" if args.profile and k == args.runs - 1 \
                     else None
-                r = one_run(path, integration, workdir, base_url, prof)
+                r = one_run(path, integration, workdir, base_url, prof, served)
                 if prof is not None:
                     r["breakdown_pct"] = breakdown(prof)
                 results.append(r)
                 print(json.dumps(r), flush=True)
     finally:
         stop(sandbox)
+        if server is not None:
+            stop_server(server)
     minimum = math.ceil(args.rows / OBJECTS_PER_REQUEST)
     for path in paths:
         rs = [r for r in results if r["path"] == path]
