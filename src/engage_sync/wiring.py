@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +24,7 @@ from engage_sync.config import Integration, load_integration
 from engage_sync.errors import ConfigError
 from engage_sync.partitioned import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.pipeline import Deps, DryRun, PartitionOf, RunOptions, dry_run, run_sync
+from engage_sync.proxies import proxy_for
 from engage_sync.rate_budget_shared import budgets_for
 from engage_sync.ratelimit import RateBudgets
 from engage_sync.state import StateStore
@@ -86,33 +87,22 @@ def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
 
 def http_transport(integration: Integration) -> httpx.BaseTransport:
     """The keep-alive pool a run sends through (`deliver.Deliverer`): one connection per request
-    in flight, and the proxy the environment names for the service's URL, as an
-    `httpx.Client` would use (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY)."""
+    in flight, through the proxy the environment names for the service's URL, as an
+    `httpx.Client` would (`proxies.proxy_for`). A proxy httpx cannot use is a ConfigError
+    that shows it with its password hidden."""
     s = integration.service
     in_flight = s.max_in_flight
-    return httpx.HTTPTransport(
-        limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),
-        proxy=proxy_for(s.base_url, dict(os.environ)))
-
-
-def proxy_for(url: str, environ: Mapping[str, str]) -> str | None:
-    """The proxy `environ` names for `url`, or None (NO_PROXY matches, or none is set)."""
-    parsed = httpx.URL(url)
-    proxies = {k.lower().removesuffix("_proxy"): v for k, v in environ.items()
-               if k.lower().endswith("_proxy") and v}
-    proxy = proxies.get(parsed.scheme) or proxies.get("all")
-    if not proxy or _bypassed(parsed.host, proxies.get("no", "")):
-        return None
-    return proxy
-
-
-def _bypassed(host: str, no_proxy: str) -> bool:
-    """Whether NO_PROXY (comma-separated hosts or domains, `*` for all) covers `host`."""
-    for entry in (e.strip().lower() for e in no_proxy.split(",")):
-        name = entry.rsplit(":", 1)[0].lstrip(".") if entry else ""
-        if entry == "*" or (name and (host == name or host.endswith("." + name))):
-            return True
-    return False
+    proxy = proxy_for(s.base_url, os.environ)
+    try:
+        return httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),
+            proxy=proxy)
+    except (ValueError, httpx.InvalidURL):
+        raise ConfigError(
+            f"integration {integration.name}: the proxy the environment names for "
+            f"{secrets.redact_url(s.base_url)} is not a proxy URL "
+            f"({secrets.redact_url(proxy or '')}); check HTTPS_PROXY, HTTP_PROXY and ALL_PROXY",
+            key="service.base_url") from None
 
 
 @dataclass

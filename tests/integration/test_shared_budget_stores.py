@@ -48,12 +48,15 @@ def key() -> str:
 def test_a_full_bucket_gives_a_block_then_what_it_has_then_says_how_long_to_wait(
         store: Store) -> None:
     k = key()
-    assert store.take(k, 5, 10.0, 5) == (5, 0.0)  # a new bucket starts with one block
-    granted, wait = store.take(k, 5, 10.0, 5)
+    assert store.take(k, 50, 10.0, 50) == (50, 0.0)  # a new bucket starts with one block
+    granted, wait = store.take(k, 50, 10.0, 50)
     assert granted == 0 and 0.05 < wait <= 0.1  # one token at 10 a second, less time spent
+    slept = time.monotonic()
     time.sleep(0.35)
-    assert store.take(k, 5, 10.0, 5)[0] in (3, 4)  # part of a block: the whole tokens there
-    time.sleep(1.0)  # refilled, but never above the capacity
+    granted = store.take(k, 50, 10.0, 50)[0]
+    refilled = 10.0 * (time.monotonic() - slept)  # what the bucket got back, give or take
+    assert 1 <= granted < 50 and refilled - 1.5 <= granted <= refilled + 0.5  # part of a block
+    time.sleep(0.6)  # refilled, but never above the capacity
     assert store.take(k, 5, 10.0, 5)[0] == 5
     assert store.take(k, 1, 10.0, 5)[0] == 0
 

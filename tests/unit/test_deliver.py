@@ -297,3 +297,33 @@ def test_many_threads_share_one_deliverer(deliverer: Factory) -> None:
         results = list(pool.map(d.send, requests))
     assert all(r.outcome.kind == "ok" and r.attempts == 1 for r in results)
     assert len(script.seen) == 200
+
+
+class _BreaksMidBody(httpx.SyncByteStream):
+    """An answer whose body breaks off after its first bytes, as a dropped connection's does."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield b'{"message":'
+        raise httpx.ReadError("connection reset by peer")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_an_answer_cut_off_mid_body_is_in_doubt_and_its_connection_released() -> None:
+    streams: list[_BreaksMidBody] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        streams.append(_BreaksMidBody())
+        return httpx.Response(201, stream=streams[-1])
+
+    clock = FakeClock(start=0.0)
+    d = Deliverer(httpx.MockTransport(answer), KEY, RateBudgets(), base_url=BASE,
+                  sleep=clock.sleep, clock=clock.monotonic, wall=clock.time)
+    result = d.send(make_request(resend_in_doubt=False))
+    assert result.outcome.kind == "in_doubt" and "ReadError" in result.outcome.reason
+    assert (result.attempts, result.doubtful_attempts) == (1, 1)
+    assert [s.closed for s in streams] == [True]  # the connection went back to the pool

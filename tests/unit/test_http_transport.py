@@ -1,5 +1,5 @@
-"""The transport a run sends through: its proxy comes from the environment, as an httpx.Client's
-would (the Deliverer bypasses the client, so the wiring must not lose the proxy)."""
+"""The transport a run sends through: its proxy comes from the environment by the rules an
+httpx.Client applies (the Deliverer bypasses the client, so the wiring must not lose the proxy)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from engage_sync import wiring
 from engage_sync.config import Integration
-from engage_sync.wiring import proxy_for
+from engage_sync.errors import ConfigError
+from engage_sync.proxies import proxy_for
 
 
 @pytest.mark.parametrize(("url", "environ", "expected"), [
@@ -31,6 +32,30 @@ from engage_sync.wiring import proxy_for
     ("https://notexample.com", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "example.com"},
      "http://p:1"),
     ("http://127.0.0.1:8080", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "127.0.0.1:8080"}, None),
+    # without a scheme, a proxy is http:// (curl, requests and httpx read it so)
+    ("https://rest.example.com", {"HTTPS_PROXY": "proxy.corp:3128"}, "http://proxy.corp:3128"),
+    ("https://rest.example.com", {"HTTPS_PROXY": "user:pw@proxy:3128"},
+     "http://user:pw@proxy:3128"),
+    # a lower-case variable wins over its upper-case twin, in whatever order they come
+    ("https://rest.example.com", {"https_proxy": "http://lower:1", "HTTPS_PROXY": "http://up:1"},
+     "http://lower:1"),
+    ("https://rest.example.com", {"HTTPS_PROXY": "http://up:1", "https_proxy": "http://lower:1"},
+     "http://lower:1"),
+    # a port in NO_PROXY must match (443 is https's own); without one, any port
+    ("https://rest.example.com", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "rest.example.com:8443"},
+     "http://p:1"),
+    ("https://rest.example.com", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "rest.example.com:443"},
+     None),
+    # a URL in NO_PROXY matches by scheme too
+    ("https://rest.example.com", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "https://rest.example.com"},
+     None),
+    ("https://rest.example.com", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "http://rest.example.com"},
+     "http://p:1"),
+    # IPv6, bare or bracketed with a port
+    ("http://[::1]:8080", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "::1"}, None),
+    ("http://[::1]:8080", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "[::1]:8080"}, None),
+    ("http://[::1]:8080", {"HTTP_PROXY": "http://p:1", "NO_PROXY": "[::1]:9"}, "http://p:1"),
+    ("https://rest.example.com", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*.example.com"}, None),
 ])
 def test_the_proxy_is_the_one_the_environment_names_for_the_url(
         url: str, environ: dict[str, str], expected: str | None) -> None:
@@ -65,3 +90,19 @@ def test_a_run_sends_through_the_proxy_the_environment_names(
             response.read()
     assert response.status_code == 201
     assert seen == [b"POST http://service.invalid/users/track HTTP/1.1\r\n"]
+
+
+def test_a_proxy_httpx_cannot_use_is_a_config_error_with_its_password_hidden(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "ftp://user:s3cret@proxy:1")
+    for name in ("https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    integration = Integration.model_validate({
+        "name": "t", "kind": "events", "warehouse": {"url": "duckdb:///:memory:"},
+        "source": {"table": "T"}, "payload": {"identifier": "external_id"},
+        "service": {"base_url": "https://rest.example.com"}})
+    with pytest.raises(ConfigError) as info:
+        wiring.http_transport(integration)
+    text = str(info.value)
+    assert "HTTPS_PROXY" in text and "proxy:1" in text and "s3cret" not in text
+    assert info.value.__cause__ is None and info.value.__suppress_context__
