@@ -15,6 +15,13 @@ from engage_sync.errors import ConfigError
 from engage_sync.proxies import proxy_for
 
 
+def an_integration(base_url: str) -> Integration:
+    return Integration.model_validate({
+        "name": "t", "kind": "events", "warehouse": {"url": "duckdb:///:memory:"},
+        "source": {"table": "T"}, "payload": {"identifier": "external_id"},
+        "service": {"base_url": base_url}})
+
+
 @pytest.mark.parametrize(("url", "environ", "expected"), [
     ("https://rest.example.com", {}, None),
     ("https://rest.example.com", {"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
@@ -80,10 +87,7 @@ def test_a_run_sends_through_the_proxy_the_environment_names(
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_address[1]}")
         for name in ("NO_PROXY", "no_proxy", "http_proxy"):
             monkeypatch.delenv(name, raising=False)
-        integration = Integration.model_validate({
-            "name": "t", "kind": "events", "warehouse": {"url": "duckdb:///:memory:"},
-            "source": {"table": "T"}, "payload": {"identifier": "external_id"},
-            "service": {"base_url": "http://service.invalid"}})
+        integration = an_integration("http://service.invalid")
         with wiring.http_transport(integration) as transport:
             response = transport.handle_request(httpx.Request(
                 "POST", "http://service.invalid/users/track", content=b"{}"))
@@ -97,10 +101,7 @@ def test_a_proxy_httpx_cannot_use_is_a_config_error_with_its_password_hidden(
     monkeypatch.setenv("HTTPS_PROXY", "ftp://user:s3cret@proxy:1")
     for name in ("https_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    integration = Integration.model_validate({
-        "name": "t", "kind": "events", "warehouse": {"url": "duckdb:///:memory:"},
-        "source": {"table": "T"}, "payload": {"identifier": "external_id"},
-        "service": {"base_url": "https://rest.example.com"}})
+    integration = an_integration("https://rest.example.com")
     with pytest.raises(ConfigError) as info:
         wiring.http_transport(integration)
     text = str(info.value)
