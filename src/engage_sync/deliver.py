@@ -17,7 +17,8 @@ thread that reads and packs gets back. Transport errors are httpx's own, as `cla
 
 Secrets: the API key is held privately, sent only in the Authorization header, and scrubbed
 from every reason; log lines carry the endpoint, status, attempt and item count, never the key
-or the body. Thread-safe: one `Deliverer` may serve a small pool of threads sharing one client.
+or the body. Thread-safe: one `Deliverer` may serve a small pool of threads sharing one
+transport.
 """
 
 from __future__ import annotations
@@ -89,7 +90,14 @@ class _Send:
 
 
 _RETRYABLE = frozenset({"retry", "in_doubt"})
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+
+
+def attempt_timeout(seconds: float) -> httpx.Timeout:
+    """One attempt's bound (`service.timeout_seconds`), of which connecting takes at most 10 s."""
+    return httpx.Timeout(seconds, connect=min(10.0, seconds))
+
+
+DEFAULT_TIMEOUT = attempt_timeout(30.0)
 USER_AGENT = f"engage-sync/{__version__}"
 
 

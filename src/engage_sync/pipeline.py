@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine
 from engage_sync import key_digest, kinds
 from engage_sync.config import Integration, partition_suffix
 from engage_sync.cutter import Cutter
-from engage_sync.deliver import Deliverer
+from engage_sync.deliver import Deliverer, attempt_timeout
 from engage_sync.diffing import UNCHANGED, Differ
 from engage_sync.errors import ConfigError, LeaseLost, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
@@ -295,8 +295,7 @@ class _Run:
         deliverer = Deliverer(
             transport=self.deps.transport, api_key=self.deps.api_key, budgets=self.deps.budgets,
             base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,
-            timeout=httpx.Timeout(service.timeout_seconds,
-                                  connect=min(10.0, service.timeout_seconds)),
+            timeout=attempt_timeout(service.timeout_seconds),
             log_context={"integration": self.i.name}, guard=self._check_lease,
         )
         mode, stored = self.options.mode, self.stored
