@@ -9,7 +9,8 @@ Per repetition and per setting (`off`, then `fields`), on a fresh DuckDB warehou
 4. touched + 1 %: every row's UPDATED_AT moved and `plan` changed on another 1 % of the rows.
 
 Each run is `pipeline_throughput.py --child` (one `sync_file` in its own process, so peak RSS
-is the sync's own, from `os.wait4`) against the lean sandbox with the service's real rate
+is the sync's own; a first diffed run's helper process is reported apart, peak RSS and CPU)
+against the lean sandbox with the service's real rate
 limit. Reported per run: rows read, seconds of `sync_file`, rows/s, peak RSS, requests and
 data points billed as the sandbox counted them, and the points the run's record says it sent
 and saved; then medians over the repetitions.
@@ -101,7 +102,9 @@ def run(path: Path, state_db: Path, base_url: str) -> dict[str, Any]:
     rec = result["record"]
     read = rec["rows_read"] + rec["rows_unchanged"]
     return {"read": read, "wall": result["wall"], "rows_s": read / result["wall"],
-            "rss_mb": usage.ru_maxrss / 1024,
+            "rss_mb": result.get("maxrss_self_kb", usage.ru_maxrss) / 1024,
+            "helper_mb": result.get("maxrss_children_kb", 0) / 1024,
+            "helper_cpu": result.get("cpu_children", 0.0),
             "requests": int(counters["requests"].get("/users/track", 0)),
             "billed": int(counters["data_points"]), "sent": rec["data_points_sent"],
             "saved": rec["data_points_saved"], "status": rec["job_status"]}
@@ -146,8 +149,8 @@ def main() -> int:
         stop(sandbox)
     print(f"\nmedians of {args.reps} ({time.monotonic() - started:.0f} s in all), "
           f"{args.rows:,} users x 10 attributes:")
-    print("| run | diff | rows read | s | rows/s | peak RSS MB | requests | points billed "
-          "| points saved |")
+    print("| run | diff | rows read | s | rows/s | peak RSS MB | helper peak RSS MB | helper "
+          "CPU s | requests | points billed | points saved |")
     for step, name in enumerate(STEPS):
         for diff in ("off", "fields"):
             rs = results[(diff, step)]
@@ -155,7 +158,8 @@ def main() -> int:
             def med(key: str, rs: list[dict[str, Any]] = rs) -> float:
                 return statistics.median(r[key] for r in rs)
             print(f"| {name} | {diff} | {med('read'):,.0f} | {med('wall'):.1f} | "
-                  f"{med('rows_s'):,.0f} | {med('rss_mb'):.0f} | {med('requests'):,.0f} | "
+                  f"{med('rows_s'):,.0f} | {med('rss_mb'):.0f} | {med('helper_mb'):.0f} | "
+                  f"{med('helper_cpu'):.1f} | {med('requests'):,.0f} | "
                   f"{med('billed'):,.0f} | {med('saved'):,.0f} |")
     return 0
 

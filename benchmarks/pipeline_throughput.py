@@ -182,6 +182,9 @@ def child_main(integration: str, state_db: str, profile: str | None) -> int:
         "wall": wall, "cpu": cpu, "record": outcome.record,
         "package": str(Path(engage_sync.__file__).parent),
         "maxrss_self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        # processes the sync started and waited for (a first diffed run's field helper)
+        "maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        "cpu_children": sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]),
     }, default=str), flush=True)
     return 0
 

@@ -21,16 +21,31 @@ Invariants:
 - the record itself is written only at settlement (`Item.fields`, `state.settle`), for the
   objects the service acknowledged; an item that failed or is in doubt records nothing, and a
   later row of the same run may have been reduced against it: such fields are sent again the
-  next time the row is read (its `UPDATED_AT` moves, a lookback, a full resync).
+  next time the row is read (its `UPDATED_AT` moves, a lookback, a full resync);
+- a run on an empty record may hand the digests to a helper process once it has diffed
+  `helper_after` items itself (`field_helper`): from then on its items carry no digests and
+  the objects the service acknowledged go to the helper after each settle (`acked`); at
+  `close` the run folds its log, then the helper writes its newer records over it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import orjson
 
-from engage_sync.field_diff import Digests, decode, diff, encode, identifier_of, merged, user_key
+from engage_sync.field_diff import (
+    Digests,
+    decode,
+    diff,
+    diff_stored,
+    encode,
+    identifier_of,
+    merged,
+    user_key,
+    whole_encoded,
+)
+from engage_sync.field_helper import FieldHelper
 from engage_sync.field_record import FRESH, MERGE
 from engage_sync.items import Item
 from engage_sync.key_filter import KeyFilter
@@ -51,10 +66,18 @@ UNCHANGED = Unchanged()
 class Differ:
     """Diffs the items of one run's batches and counts what it saved.
 
-    refresh: a full resync sends every attribute and records them all."""
+    refresh: a full resync sends every attribute and records them all.
+    start_helper, helper_after: on an empty record, start a helper process after this many
+    items (None: never)."""
 
-    def __init__(self, integration: str, state: StateStore, refresh: bool = False) -> None:
+    def __init__(self, integration: str, state: StateStore, refresh: bool = False,
+                 start_helper: Callable[[], FieldHelper | None] | None = None,
+                 helper_after: int | None = None) -> None:
         self.integration, self.state, self.refresh = integration, state, refresh
+        self.start_helper = start_helper if helper_after is not None else None
+        self.helper_after = helper_after or 0
+        self.helper: FieldHelper | None = None
+        self.whole = 0  # items sent whole on an empty record, digested here
         self.pending: dict[str, tuple[int, Digests]] = {}  # by user reference
         self.unchanged = 0
         self.saved = 0
@@ -69,10 +92,27 @@ class Differ:
         self.blank = not self.state.has_field_record(self.integration)
 
     def close(self) -> None:
-        """After the run's last settlement: fold what it logged."""
+        """After the run's last settlement: fold what it logged, then let its helper, if any,
+        write what it kept (raises SyncError if the helper failed)."""
         self.state.fold_fields(self.integration)
+        helper, self.helper = self.helper, None
+        if helper is not None:  # its records are newer than anything the run logged
+            helper.finish()
         self.logged.clear()
         self.blank = False
+
+    def stop(self) -> None:
+        """The run ended without `close`: stop the helper, if any (it records nothing)."""
+        if self.helper is not None:
+            self.helper.stop()
+            self.helper = None
+
+    def acked(self, items: Iterable[Item]) -> None:
+        """Objects the service acknowledged, just settled: the helper digests and keeps those
+        this run did not digest itself."""
+        if self.helper is not None:
+            fresh = [i for i in items if not i.fields]
+            self.helper.hand([i.user for i in fresh], [i.blob for i in fresh])
 
     def _stored(self, keys: list[bytes]) -> dict[bytes, bytes]:
         """The record of these users (see the module's invariants)."""
@@ -86,21 +126,27 @@ class Differ:
         """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
         send), a changed one carries only its changed attributes; each keeps the digests to
         record."""
-        at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
         if self.refresh or self.blank:
-            self._apply_whole(outcomes, at)
+            self._apply_whole(outcomes)
             return
+        at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
         users = [outcomes[k].user for k in at]  # type: ignore[union-attr]
+        keys = [user_key(u) for u in users]
         pending = self.pending
         stored = self._stored(
-            [user_key(u) for u in users if u not in pending])
-        for k, user in zip(at, users, strict=True):
+            [key for key, u in zip(keys, users, strict=True) if u not in pending])
+        for k, user, key in zip(at, users, keys, strict=True):
             item = outcomes[k]
             assert isinstance(item, Item)
             held = pending.get(user)
-            blob = stored.get(user_key(user)) if stored and held is None else None
-            last = held[1] if held else (decode(blob) if blob is not None else None)
-            change = diff(orjson.loads(item.blob), identifier_of(user), last)
+            blob = stored.get(key) if stored and held is None else None
+            obj = orjson.loads(item.blob)
+            if blob is not None:  # the stored record: compared as stored, decoded if changed
+                change = diff_stored(obj, identifier_of(user), blob)
+                last: Digests | None = decode(blob) if change.delta else None
+            else:
+                last = held[1] if held else None
+                change = diff(obj, identifier_of(user), last)
             self.saved += change.saved
             if change.obj is None:
                 self.unchanged += 1
@@ -114,19 +160,25 @@ class Differ:
             pending[user] = ((held[0] if held else 0) + 1,
                              change.delta if last is None else merged(last, change.delta))
 
-    def _apply_whole(self, outcomes: list[Item | tuple[str, str] | Unchanged | None],
-                     at: list[int]) -> None:
+    def _apply_whole(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
         """A full resync, or a run that opened on an empty record: every item is sent whole,
         with no lookup and no pending map. On an empty record each is logged fresh (a user's
         later item is a whole record too: the last one acknowledged wins at the fold); a
         resync's are merged on top of the record, in settle order, at the fold."""
+        if not self.refresh and self.start_helper is not None and self.helper is None \
+                and self.whole >= self.helper_after:
+            self.helper = self.start_helper()
+            if self.helper is None:  # the state database cannot be shared: never
+                self.start_helper = None
+        if self.helper is not None:
+            return  # sent as packed, digested by the helper once acknowledged
         tag = MERGE if self.refresh else FRESH
-        for k in at:
-            item = outcomes[k]
-            assert isinstance(item, Item)
-            change = diff(orjson.loads(item.blob), identifier_of(item.user), None)
-            outcomes[k] = Item(item.seq, item.key, item.user, item.array, item.blob,
-                               item.group, change.sent, tag + encode(change.delta))
+        for k, item in enumerate(outcomes):
+            if isinstance(item, Item):  # its points: every attribute, as packed
+                self.whole += 1
+                outcomes[k] = Item(item.seq, item.key, item.user, item.array, item.blob,
+                                   item.group, item.points,
+                                   tag + whole_encoded(item.user, item.blob))
 
     def release(self, items: Iterable[Item]) -> None:
         """These items settled (acknowledged, failed or in doubt): no longer pending, and

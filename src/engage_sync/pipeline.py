@@ -23,6 +23,7 @@ would otherwise send a finished partition's rows a second time).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ from engage_sync.deliver import Deliverer, attempt_timeout
 from engage_sync.diffing import UNCHANGED, Differ
 from engage_sync.errors import ConfigError, LeaseLost, RunRefused, SyncError
 from engage_sync.extract import count_rows, sample_cursor
+from engage_sync.field_helper import FieldHelper, helper_after, shareable_url
 from engage_sync.items import Item
 from engage_sync.lease import Lease, new_owner
 from engage_sync.null_cursors import count_skipped
@@ -134,6 +136,9 @@ class Deps:
     budgets: RateBudgets = field(default_factory=RateBudgets)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     on_progress: Callable[[dict[str, int]], None] | None = None
+    field_helper_after: int | None = field(
+        default_factory=lambda: helper_after(os.environ))
+    """Items a first diffed run digests before a helper process takes over (`field_helper`)."""
 
 
 def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions(),
@@ -159,8 +164,12 @@ class _Run:
             deps.state.cursor(integration.name), integration.key_columns,
             integration.hidden_key_columns)
         # a full resync and a backfill re-send what they read whole, and refresh the record
-        self.differ = Differ(integration.name, deps.state, refresh=options.mode != "incremental"
-                             ) if self.kind.diffs(integration) else None
+        self.differ = Differ(
+            integration.name, deps.state, refresh=options.mode != "incremental",
+            start_helper=self._start_field_helper,
+            # not in a partition (a Dask worker) nor a dry run (nothing is recorded)
+            helper_after=None if partition or options.dry_run else deps.field_helper_after,
+        ) if self.kind.diffs(integration) else None
         self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops(),
                              self.differ)
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
@@ -169,6 +178,16 @@ class _Run:
         self.window_rows: int | None = None  # counted once when someone watches progress
         self.owner = new_owner()
         self.lease: Lease | None = None
+
+    def _start_field_helper(self) -> FieldHelper | None:
+        """A first diffed run's helper process (`field_helper`), if the state database can be
+        shared with it."""
+        url = shareable_url(self.deps.state.engine)
+        if url is None:
+            return None
+        log.info("integration %s: a helper process records the fields of this first diffed "
+                 "run", self.i.name)
+        return FieldHelper(self.i.name, url)
 
     def _drops(self) -> Drops:
         """Lookback drops rows acknowledged before; a backfill of events drops what
@@ -280,6 +299,8 @@ class _Run:
             raise
         finally:
             loop.close()
+            if self.differ is not None:
+                self.differ.stop()
 
     def _record_rejects(self, rejects: list[tuple[str, str, str]]) -> None:
         self.deps.state.record_rejects(self.run_id, self.i.name, rejects)
@@ -308,6 +329,7 @@ class _Run:
                                                              self.partition is not None),
             counts=self.counts, report=self.report,
             on_settled=None if self.differ is None else self.differ.release,
+            on_acked=None if self.differ is None else self.differ.acked,
             names_duplicates=self.resend_in_doubt and not self.kind.idempotent,
             owner=self.owner,
         ), progress)

@@ -79,6 +79,8 @@ class RunContext:
     counts: dict[str, int]
     report: Callable[[], None]
     on_settled: Callable[[Sequence[Item]], None] | None = None
+    on_acked: Callable[[Sequence[Item]], None] | None = None
+    """Called after each settle with the items the service acknowledged, in settle order."""
     names_duplicates: bool = False
     """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
     owner: str | None = None
@@ -203,6 +205,8 @@ class SendLoop:
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
             acked_rows=acked, acked_fields=[(i.user, i.fields) for i in delivered if i.fields],
             points=sum(i.points for i in delivered), owner=self.ctx.owner)
+        if self.ctx.on_acked is not None:
+            self.ctx.on_acked(delivered)
         if self.ctx.on_settled is not None:
             self.ctx.on_settled([i for s, _ in self.unsaved if s.batch for i in s.batch.items])
         self.unsaved = []

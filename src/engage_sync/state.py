@@ -19,6 +19,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -375,6 +376,30 @@ class StateStore(PartitionRuns):
         returns how many deltas were folded."""
         with self.engine.begin() as conn:
             return field_record.fold(conn, integration)
+
+    def store_field_file(self, integration: str, path: str, table: str) -> int:
+        """Write the whole records a helper kept in the SQLite file `path` (`table`: user_key
+        primary key, digests) over the integration's record, in one transaction (on SQLite,
+        one statement: the file is attached); returns how many."""
+        if self.engine.dialect.name == "sqlite":
+            with self.engine.connect() as conn:  # ATTACH and DETACH: outside a transaction
+                conn.exec_driver_sql("ATTACH DATABASE ? AS helper", (path,))
+                conn.commit()
+                try:
+                    written = field_record.store_attached(conn, integration, "helper", table)
+                    conn.commit()
+                finally:
+                    conn.rollback()
+                    conn.exec_driver_sql("DETACH DATABASE helper")
+                    conn.commit()
+                return written
+        source = sqlite3.connect(path)
+        try:
+            with self.engine.begin() as conn:
+                return field_record.store(conn, integration, source.execute(
+                    f"SELECT user_key, digests FROM {table} ORDER BY user_key"))
+        finally:
+            source.close()
 
     def has_field_record(self, integration: str) -> bool:
         """Whether the integration's folded field record holds any user."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import sqlalchemy as sa
 from engage_sync import field_diff
 from engage_sync.cli import main
 from engage_sync.diffing import UNCHANGED, Differ
+from engage_sync.field_helper import ENV, FieldHelper
 from engage_sync.field_record import FRESH
 from engage_sync.items import Item
 from engage_sync.pipeline import RunOptions, run_options
@@ -64,13 +66,33 @@ def _points(service: Service) -> int:
 
 @pytest.fixture
 def users(warehouse: Warehouse, service: Service, tmp_path: Path) -> Path:
-    return table_integration(warehouse, service, tmp_path, "attributes", _rows())
+    # two batches of 100: with a helper after 50 objects, the first batch is digested in the
+    # run and the second by the helper
+    return table_integration(warehouse, service, tmp_path, "attributes", _rows(),
+                             extract_batch_rows=100)
+
+
+@pytest.fixture(params=["off", "50"], ids=["in-process", "helper-after-50"])
+def first_run_helper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A first run digests every object itself, or its first 50 and then hands the rest to
+    a helper process (`field_helper`): both must leave the same record."""
+    monkeypatch.setenv(ENV, request.param)
+    return str(request.param)
 
 
 def test_rerun_and_touched_rows_bill_nothing(
-    users: Path, warehouse: Warehouse, service: Service, state: StateStore
+    users: Path, warehouse: Warehouse, service: Service, state: StateStore,
+    first_run_helper: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    started: list[FieldHelper] = []
+
+    def helper(*args: Any) -> FieldHelper:
+        started.append(FieldHelper(*args))
+        return started[-1]
+
+    monkeypatch.setattr("engage_sync.pipeline.FieldHelper", helper)
     first = _run(users, state)
+    assert len(started) == (first_run_helper != "off")  # the first run only
     assert _points(service) == ROWS * len(ATTRIBUTES)
     assert (first["data_points_sent"], first["data_points_saved"]) == (ROWS * 3, 0)
     requests = len(service.requests())
@@ -86,6 +108,7 @@ def test_rerun_and_touched_rows_bill_nothing(
     assert _run(users, state)["rows_unchanged"] == 0
 
 
+@pytest.mark.usefixtures("first_run_helper")
 def test_one_changed_attribute_bills_one_point_and_null_is_sent_once(
     users: Path, warehouse: Warehouse, service: Service, state: StateStore
 ) -> None:
@@ -111,6 +134,7 @@ def test_one_changed_attribute_bills_one_point_and_null_is_sent_once(
     assert _points(service) == before + 2 and still["rows_unchanged"] == 1
 
 
+@pytest.mark.usefixtures("first_run_helper")
 def test_full_resync_sends_everything_then_incremental_bills_nothing(
     users: Path, warehouse: Warehouse, service: Service, state: StateStore
 ) -> None:
@@ -170,32 +194,64 @@ def _processed(service: Service) -> dict[bytes, dict[int, int]]:
     return out
 
 
+def _wait_for_helpers(seconds: float = 30) -> None:
+    """Until no field helper process runs on this machine."""
+    deadline = time.monotonic() + seconds
+    while any(b"engage_sync.field_helper" in p.read_bytes()
+              for p in Path("/proc").glob("[0-9]*/cmdline") if _readable(p)):
+        assert time.monotonic() < deadline, "a field helper process never exited"
+        time.sleep(0.1)
+
+
+def _readable(path: Path) -> bool:
+    try:
+        path.read_bytes()
+    except OSError:  # the process just exited
+        return False
+    return True
+
+
+@pytest.mark.parametrize("helper", ["off", "5000"], ids=["in-process", "helper-after-5000"])
 def test_sigkill_then_resume_records_only_what_the_sandbox_processed(
-    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path, helper: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # 134 requests. Settlements are saved 32 at a time, and at most 68 requests are handed to
-    # the sender unsettled (4 in flight + 2 groups): when request 120 is sent, at least 52
-    # were collected, so at least one group was recorded before the kill.
-    rows = _rows(10_000)
+    # 267 requests. Settlements are saved 32 at a time, and at most 68 requests are handed to
+    # the sender unsettled (4 in flight + 2 groups): when request 250 is sent, at least 182
+    # were collected, so at least five groups were recorded before the kill. With a helper
+    # process after 5,000 objects, the run logs the first 5,000 itself, the helper the rest.
+    monkeypatch.setenv(ENV, helper)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where a helper keeps its file
+    rows = _rows(20_000)
     path = table_integration(warehouse, service, tmp_path, "attributes", rows,
                              extract_batch_rows=500)
     warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     state = open_state(state_url)
-    kill_during_request(path, service, sandbox_key, state_url, nth=120)
+    kill_during_request(path, service, sandbox_key, state_url, nth=250)
+    _wait_for_helpers()  # an orphaned helper finds its input ended: it records nothing
 
     processed, recorded = _processed(service), _recorded(state)
     assert recorded, "the killed run recorded nothing: the kill came too early to test"
     assert set(recorded) <= set(processed)
     for user, digests in recorded.items():  # a recorded field is one the sandbox holds
         assert digests == processed[user]
+    assert not list(tmp_path.glob("engage-fields-*"))
 
     resume_cli(path, state_url, sandbox_key)
     final = {f"u{i:05d}": json.loads(r["payload"]) for i, r in enumerate(rows)}
     for profile in service.profiles():
         assert profile["attributes"] == final[profile["external_id"]]
     assert len(service.profiles()) == len(rows)
-    assert _recorded(state) == _processed(service)
+    after, held = _recorded(state), _processed(service)
+    if helper == "off":  # logged in the settle's transaction: the record is whole
+        assert after == held
+        return
+    # what the killed attempt handed its helper is not recorded (sent whole next time); the
+    # rest is recorded exactly as the sandbox holds it
+    assert len(recorded) == 5_000 and set(recorded) <= set(after)
+    assert set(after) <= set(held) and all(after[user] == held[user] for user in after)
+    assert len(after) < len(rows)
 
 
 def _item(seq: int, plan: Any) -> Item:

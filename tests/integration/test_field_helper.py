@@ -1,0 +1,166 @@
+"""A first diffed run's helper process (`field_helper`) on SQLite and PostgreSQL state
+databases: what it is handed is recorded only once the run finishes, over what the run logged
+itself; a run that stops without finishing records nothing of it; its errors name the
+integration without the state database's password."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync import field_diff, field_record
+from engage_sync.diffing import Differ
+from engage_sync.errors import SyncError
+from engage_sync.field_helper import FieldHelper, frame, shareable_url
+from engage_sync.field_helper import _unframe as unframe
+from engage_sync.items import Item
+from engage_sync.state import StateStore
+from engage_sync.state_schema import fields
+
+INTEGRATION = "users"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param == "sqlite":
+        yield StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+        return
+    base = request.getfixturevalue("postgres_url")
+    schema = f"helper_{time.monotonic_ns() % 10**9}"
+    admin = sa.create_engine(base)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    state = StateStore.from_url(f"{base}?options=-csearch_path%3D{schema}")
+    yield state
+    state.engine.dispose()
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()
+
+
+def _item(n: int, plan: str) -> Item:
+    blob = json.dumps({"external_id": f"u{n}", "plan": plan, "n": n}).encode()
+    return Item(n, f"u{n}", f"external_id:u{n}", "attributes", blob, (), 2)
+
+
+def _record(store: StateStore) -> dict[bytes, dict[int, int]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.select(fields.c.user_key, fields.c.digests)
+                            .where(fields.c.integration == INTEGRATION)).all()
+    return {bytes(k): field_diff.decode(bytes(d)) for k, d in rows}
+
+
+def _logged(store: StateStore) -> int:
+    with store.engine.connect() as conn:
+        return field_record.logged(conn, INTEGRATION)
+
+
+def _helper(store: StateStore) -> FieldHelper:
+    url = shareable_url(store.engine)
+    assert url is not None
+    return FieldHelper(INTEGRATION, url)
+
+
+def _whole(item: Item) -> dict[int, int]:
+    return field_diff.decode(field_diff.whole_encoded(item.user, item.blob))
+
+
+def _hand(helper: FieldHelper, items: list[Item]) -> None:
+    helper.hand([i.user for i in items], [i.blob for i in items])
+
+
+def _leftovers() -> list[Path]:
+    return list(Path(tempfile.gettempdir()).glob("engage-fields-*.db"))
+
+
+def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
+    store: StateStore
+) -> None:
+    """The first item is digested in the run (helper after 1 item) and logged; the others
+    carry no digests and go to the helper once acknowledged. At close the run folds its log,
+    then the helper writes its records over it: a user's object acknowledged later wins."""
+    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
+    differ.open()
+    first: list[Any] = [_item(0, "free")]
+    rest: list[Any] = [_item(n, "free") for n in (1, 2)]
+    differ.apply(first)  # rewritten in place
+    differ.apply(rest)
+    items = first + rest
+    assert items[0].fields[:1] == field_record.FRESH
+    assert not items[1].fields and not items[2].fields and differ.helper is not None
+    assert [i.points for i in items] == [2, 2, 2]  # billed as packed
+    store.settle("r1", INTEGRATION, [], acked_fields=[(items[0].user, items[0].fields)])
+    differ.acked(items)  # the one digested here is not handed again
+    later: list[Any] = [_item(0, "gold"), _item(1, "gold")]  # acknowledged later: they win
+    differ.apply(later)
+    differ.acked(later)
+    assert _record(store) == {}  # nothing of the helper's before the run's end
+    differ.close()
+    assert _logged(store) == 0 and differ.helper is None
+    want = {field_diff.user_key(i.user): _whole(i) for i in (later[0], later[1], items[2])}
+    assert _record(store) == want
+    assert all(_whole(i) for i in later) and _whole(later[0]) != _whole(items[0])
+
+
+def test_a_run_that_stops_records_nothing_the_helper_kept(store: StateStore) -> None:
+    """The run failed or was killed: what the helper was handed is not recorded (those users
+    are sent whole next time), what the run logged itself is, and no file is left behind."""
+    before = set(_leftovers())
+    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
+    differ.open()
+    first: list[Any] = [_item(1, "free")]
+    rest: list[Any] = [_item(2, "free")]
+    differ.apply(first)
+    differ.apply(rest)
+    items = first + rest
+    store.settle("r1", INTEGRATION, [], acked_fields=[(items[0].user, items[0].fields)])
+    differ.acked(items)
+    differ.stop()  # the run's `finally` after an error
+    store.fold_fields(INTEGRATION)  # the next run's open
+    assert _record(store) == {field_diff.user_key(items[0].user): _whole(items[0])}
+    assert set(_leftovers()) <= before
+
+
+def test_a_helper_whose_run_died_writes_nothing_and_removes_its_file(store: StateStore) -> None:
+    """The run's process died: the helper's input ends without `finish`; it exits 0 having
+    written nothing."""
+    before = set(_leftovers())
+    helper = _helper(store)
+    _hand(helper, [_item(1, "free")])
+    helper._queue.put(None)  # the input ends, as when the run's process is killed
+    helper._writer.join()
+    assert helper._proc.wait(30) == 0
+    assert _record(store) == {} and set(_leftovers()) <= before
+
+
+def test_a_helper_that_cannot_open_the_state_database_fails_without_its_password() -> None:
+    """The helper's error reaches the run, naming the integration; the URL's password, given
+    to the helper on its standard input, appears nowhere in it."""
+    helper = FieldHelper(INTEGRATION, "postgresql+psycopg://sync:s3cret-pw@127.0.0.1:9/state")
+    with pytest.raises(SyncError) as error:
+        _hand(helper, [_item(1, "free")])
+        time.sleep(0.2)
+        helper.finish()
+    text = str(error.value)
+    assert "integration users" in text and "exit status 1" in text
+    assert "s3cret-pw" not in text and "OperationalError" in text
+
+
+def test_frames_carry_any_user_reference() -> None:
+    """Joined frames, and pickled ones for a user reference holding a newline."""
+    blobs = [b'{"external_id":"a","x":"\\n,]"}', b'{"external_id":"b\\u00e9"}']
+    objs = [{"external_id": "a", "x": "\n,]"}, {"external_id": "b\u00e9"}]
+    for users in (["external_id:a", "external_id:b\u00e9"], ["external_id:a\n", "x:b"]):
+        assert unframe(frame(users, blobs)) == (users, objs)
+    assert frame(["a"], [b"{}"])[:1] == b"\x00"
+
+
+def test_an_in_memory_state_database_keeps_the_digests_in_the_run() -> None:
+    assert shareable_url(StateStore.from_url("sqlite://").engine) is None
