@@ -150,6 +150,44 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 # --- one run (child side) --------------------------------------------------------------------
 
+class ChildrenRss:
+    """Samples the peak resident set (VmHWM) of this process's children, keeping the largest."""
+
+    def __init__(self) -> None:
+        self._peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> ChildrenRss:
+        self._thread.start()
+        return self
+
+    def peak_kb(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self._peak
+
+    def _run(self) -> None:
+        me, known, scanned = str(os.getpid()), set(), 0.0
+        while not self._stop.wait(0.1):
+            if time.monotonic() - scanned > 1:  # look for new children once a second
+                scanned = time.monotonic()
+                for stat in Path("/proc").glob("[0-9]*/stat"):
+                    try:
+                        if stat.read_text().rsplit(")", 1)[1].split()[1] == me:
+                            known.add(stat.parent / "status")
+                    except (OSError, IndexError):
+                        continue
+            for status in list(known):
+                try:
+                    rss = next(int(line.split()[1]) for line in status.read_text().splitlines()
+                               if line.startswith("VmHWM:"))
+                except (OSError, StopIteration):
+                    known.discard(status)
+                    continue
+                self._peak = max(self._peak, rss)
+
+
 def child_main(integration: str, state_db: str, profile: str | None) -> int:
     """Runs in the child process: one sync, then one JSON line on stdout."""
     import importlib
@@ -168,6 +206,7 @@ def child_main(integration: str, state_db: str, profile: str | None) -> int:
         import cProfile
 
         profiler = cProfile.Profile()
+    watcher = ChildrenRss().start()
     started = time.perf_counter()
     cpu0 = time.process_time()
     if profiler is not None:
@@ -182,8 +221,9 @@ def child_main(integration: str, state_db: str, profile: str | None) -> int:
         "wall": wall, "cpu": cpu, "record": outcome.record,
         "package": str(Path(engage_sync.__file__).parent),
         "maxrss_self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        # processes the sync started and waited for (a first diffed run's field helper)
-        "maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        # processes the sync started (a first diffed run's field helper): their own peak
+        # RSS, sampled (RUSAGE_CHILDREN's would be this process's, taken at the fork), and CPU
+        "maxrss_children_kb": watcher.peak_kb(),
         "cpu_children": sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]),
     }, default=str), flush=True)
     return 0
