@@ -114,39 +114,33 @@ def diff(obj: dict[str, Any], identifier: str, last: Digests | None) -> Change:
     the one in `last` (see the module's invariants)."""
     if last is None:
         return _whole(obj, identifier)
+    return _reduced(obj, identifier, *_digested(obj, identifier), last)
+
+
+def _reduced(obj: dict[str, Any], identifier: str, slots: list[int], digests: list[int],
+             last: Digests) -> Change:
+    """`diff` with the object's attributes already digested (`_digested`, in its order)."""
     delta: Digests = {}
     reduced: dict[str, Any] = {}
-    attributes = 0
-    hashed, dumps, seeds = xxhash.xxh3_64_intdigest, orjson.dumps, _SEEDS
+    k = 0
     for name, value in obj.items():
         if name in (identifier, UPDATE_FLAG):
             reduced[name] = value
             continue
-        attributes += 1
-        seed = seeds.get(name) or name_seed(name)
-        digest = hashed(dumps(value, option=_SORT), seed)
-        slot = seed & 0xFFFFFFFF
+        slot, digest = slots[k], digests[k]
+        k += 1
         if last.get(slot) != digest:
             delta[slot] = digest
             reduced[name] = value
     if not delta:
-        return Change(None, False, delta, 0, attributes)
-    return Change(reduced, len(delta) == attributes, delta, len(delta), attributes - len(delta))
+        return Change(None, False, delta, 0, k)
+    return Change(reduced, len(delta) == k, delta, len(delta), k - len(delta))
 
 
 def _whole(obj: dict[str, Any], identifier: str) -> Change:
-    """The diff of an object sent whole: every attribute recorded (the hot path of a first
-    run, so written for speed)."""
-    delta: Digests = {}
-    attributes = 0
-    hashed, dumps, seeds = xxhash.xxh3_64_intdigest, orjson.dumps, _SEEDS
-    for name, value in obj.items():
-        if name in (identifier, UPDATE_FLAG):
-            continue
-        attributes += 1
-        seed = seeds.get(name) or name_seed(name)
-        delta[seed & 0xFFFFFFFF] = hashed(dumps(value, option=_SORT), seed)
-    return Change(obj, True, delta, attributes, 0)
+    """The diff of an object sent whole: every attribute recorded."""
+    slots, digests = _digested(obj, identifier)
+    return Change(obj, True, dict(zip(slots, digests, strict=True)), len(slots), 0)
 
 
 def whole_encoded(user: str, blob: bytes) -> bytes:
@@ -183,22 +177,7 @@ def diff_stored(obj: dict[str, Any], identifier: str, stored: bytes) -> Change:
     slots, digests = _digested(obj, identifier)
     if _layout(len(slots)).pack(*slots, *digests) == stored:
         return Change(None, False, {}, 0, len(slots))
-    last = decode(stored)
-    delta: Digests = {}
-    reduced: dict[str, Any] = {}
-    k = 0
-    for name, value in obj.items():  # the attributes in the order `_digested` took them
-        if name in (identifier, UPDATE_FLAG):
-            reduced[name] = value
-            continue
-        slot, digest = slots[k], digests[k]
-        k += 1
-        if last.get(slot) != digest:
-            delta[slot] = digest
-            reduced[name] = value
-    if not delta:
-        return Change(None, False, delta, 0, k)
-    return Change(reduced, len(delta) == k, delta, len(delta), k - len(delta))
+    return _reduced(obj, identifier, slots, digests, decode(stored))
 
 
 def merged(last: Digests | None, delta: Digests) -> Digests:

@@ -22,8 +22,10 @@ import yaml
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sync import field_diff, field_record
 from engage_sync.config import Integration, load_integration
 from engage_sync.state import StateStore
+from engage_sync.state_schema import fields
 from engage_sync.wiring import open_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +134,25 @@ def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Wareho
 @pytest.fixture
 def state(tmp_path: Path) -> StateStore:
     return open_state(f"sqlite:///{tmp_path / 'state.db'}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def state_both(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    """A state database on SQLite (a file), then on PostgreSQL (a schema of its own)."""
+    if request.param == "sqlite":
+        yield StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+        return
+    base = request.getfixturevalue("postgres_url")
+    schema = f"state_{time.monotonic_ns() % 10**9}"
+    admin = sa.create_engine(base)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    state = StateStore.from_url(f"{base}?options=-csearch_path%3D{schema}")
+    yield state
+    state.engine.dispose()
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()
 
 
 def write_integration(folder: Path, name: str, body: dict[str, Any]) -> Path:
@@ -294,3 +315,17 @@ def resume_cli(path: Path, state_url: str, key: str) -> dict[str, int]:
     out, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err.decode()
     return dict(json.loads(out))
+
+
+def field_records(state: StateStore, integration: str) -> dict[bytes, dict[int, int]]:
+    """The integration's folded field record: user key → digests."""
+    with state.engine.connect() as conn:
+        rows = conn.execute(sa.select(fields.c.user_key, fields.c.digests)
+                            .where(fields.c.integration == integration)).all()
+    return {bytes(k): field_diff.decode(bytes(d)) for k, d in rows}
+
+
+def logged_deltas(state: StateStore, integration: str) -> int:
+    """How many deltas of the integration wait in the field log."""
+    with state.engine.connect() as conn:
+        return field_record.logged(conn, integration)

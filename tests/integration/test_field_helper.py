@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from engage_sync import field_diff, field_record
 from engage_sync.diffing import Differ
@@ -22,27 +20,14 @@ from engage_sync.field_helper import FieldHelper, frame, shareable_url
 from engage_sync.field_helper import _unframe as unframe
 from engage_sync.items import Item
 from engage_sync.state import StateStore
-from engage_sync.state_schema import fields
+from tests.integration.conftest import field_records, logged_deltas
 
 INTEGRATION = "users"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    if request.param == "sqlite":
-        yield StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
-        return
-    base = request.getfixturevalue("postgres_url")
-    schema = f"helper_{time.monotonic_ns() % 10**9}"
-    admin = sa.create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
-    state = StateStore.from_url(f"{base}?options=-csearch_path%3D{schema}")
-    yield state
-    state.engine.dispose()
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-    admin.dispose()
+@pytest.fixture
+def store(state_both: StateStore) -> StateStore:
+    return state_both
 
 
 def _item(n: int, plan: str) -> Item:
@@ -50,16 +35,12 @@ def _item(n: int, plan: str) -> Item:
     return Item(n, f"u{n}", f"external_id:u{n}", "attributes", blob, (), 2)
 
 
-def _record(store: StateStore) -> dict[bytes, dict[int, int]]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(sa.select(fields.c.user_key, fields.c.digests)
-                            .where(fields.c.integration == INTEGRATION)).all()
-    return {bytes(k): field_diff.decode(bytes(d)) for k, d in rows}
+def _record(state: StateStore) -> dict[bytes, dict[int, int]]:
+    return field_records(state, INTEGRATION)
 
 
-def _logged(store: StateStore) -> int:
-    with store.engine.connect() as conn:
-        return field_record.logged(conn, INTEGRATION)
+def _logged(state: StateStore) -> int:
+    return logged_deltas(state, INTEGRATION)
 
 
 def _helper(store: StateStore) -> FieldHelper:

@@ -8,8 +8,6 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,39 +18,23 @@ from engage_sync.diffing import UNCHANGED, Differ
 from engage_sync.field_record import FRESH, MERGE
 from engage_sync.items import Item
 from engage_sync.state import StateStore
-from engage_sync.state_schema import field_log, fields
+from engage_sync.state_schema import field_log
+from tests.integration.conftest import field_records, logged_deltas
 
 INTEGRATION = "users"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    if request.param == "sqlite":
-        yield StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
-        return
-    base = request.getfixturevalue("postgres_url")
-    schema = f"rec_{time.monotonic_ns() % 10**9}"
-    admin = sa.create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
-    state = StateStore.from_url(f"{base}?options=-csearch_path%3D{schema}")
-    yield state
-    state.engine.dispose()
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-    admin.dispose()
+@pytest.fixture
+def store(state_both: StateStore) -> StateStore:
+    return state_both
 
 
 def _record(state: StateStore) -> dict[bytes, dict[int, int]]:
-    with state.engine.connect() as conn:
-        rows = conn.execute(sa.select(fields.c.user_key, fields.c.digests)
-                            .where(fields.c.integration == INTEGRATION)).all()
-    return {bytes(k): field_diff.decode(bytes(d)) for k, d in rows}
+    return field_records(state, INTEGRATION)
 
 
 def _logged(state: StateStore) -> int:
-    with state.engine.connect() as conn:
-        return field_record.logged(conn, INTEGRATION)
+    return logged_deltas(state, INTEGRATION)
 
 
 def test_a_fold_applies_every_delta_in_settle_order(
