@@ -31,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import orjson
 
@@ -122,10 +123,11 @@ class Differ:
             found = self.state.field_digests(self.integration, keys)
         return found
 
-    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
+    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None],
+              objects: dict[int, dict[str, Any]] | None = None) -> None:
         """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
         send), a changed one carries only its changed attributes; each keeps the digests to
-        record."""
+        record. `objects`: the items' objects as built, by seq (else parsed from the blob)."""
         if self.refresh or self.blank:
             self._apply_whole(outcomes)
             return
@@ -140,7 +142,9 @@ class Differ:
             assert isinstance(item, Item)
             held = pending.get(user)
             blob = stored.get(key) if stored and held is None else None
-            obj = orjson.loads(item.blob)
+            obj = objects.get(item.seq) if objects else None
+            if obj is None:
+                obj = orjson.loads(item.blob)
             if blob is not None:  # the stored record: compared as stored, decoded if changed
                 change = diff_stored(obj, identifier_of(user), blob)
                 last: Digests | None = decode(blob) if change.delta else None

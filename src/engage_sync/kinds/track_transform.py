@@ -59,7 +59,10 @@ def transform_batch(
     cols = Columns(batch)
     keys = row_keys(cols, integration.key_columns, integration.hidden_key_columns,
                     batch.num_rows)
-    sink = Sink(first_seq, keys, integration.kind, integration.service.limits.max_body_bytes)
+    from engage_sync.kinds import kind_of  # the registry imports this module
+
+    sink = Sink(first_seq, keys, integration.kind, integration.service.limits.max_body_bytes,
+                keep_objects=kind_of(integration).diffs(integration))
     refs = references(integration, cols)
     if integration.kind == "attributes":
         _attributes(integration, cols, refs, sink)
