@@ -31,7 +31,6 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import orjson
 
@@ -123,11 +122,10 @@ class Differ:
             found = self.state.field_digests(self.integration, keys)
         return found
 
-    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None],
-              objects: dict[int, dict[str, Any]] | None = None) -> None:
+    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
         """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
         send), a changed one carries only its changed attributes; each keeps the digests to
-        record. `objects`: the items' objects as built, by seq (else parsed from the blob)."""
+        record."""
         if self.refresh or self.blank:
             self._apply_whole(outcomes)
             return
@@ -142,9 +140,7 @@ class Differ:
             assert isinstance(item, Item)
             held = pending.get(user)
             blob = stored.get(key) if stored and held is None else None
-            obj = objects.get(item.seq) if objects else None
-            if obj is None:
-                obj = orjson.loads(item.blob)
+            obj = orjson.loads(item.blob)
             if blob is not None:  # the stored record: compared as stored, decoded if changed
                 change = diff_stored(obj, identifier_of(user), blob)
                 last: Digests | None = decode(blob) if change.delta else None

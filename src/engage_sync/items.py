@@ -15,7 +15,6 @@ import hashlib
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +60,8 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class TransformResult:
-    """`objects`: the attributes objects as built, by `Item.seq` (their blobs are these, as
-    JSON), so that the field diff does not parse them again."""
-
     items: list[Item] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
-    objects: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 KEY_PART_MAX = 64

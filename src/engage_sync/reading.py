@@ -44,7 +44,6 @@ class RowBatch:
     def __init__(self, columns: list[Any], num_rows: int) -> None:
         self.columns = columns
         self.outcomes: list[Outcome] = [None] * num_rows
-        self.objects: dict[int, dict[str, Any]] = {}  # `TransformResult.objects`, until diffed
         self._all: list[Cursor] | None = None
 
     def cursor(self, k: int) -> Cursor:
@@ -116,8 +115,7 @@ class Reader:
                 self._drop_sent(rows)
             self._record_rejects(rows, on_rejects, ties)
             if self.differ is not None:
-                self.differ.apply(rows.outcomes, rows.objects)
-            rows.objects = {}
+                self.differ.apply(rows.outcomes)
             yield rows
             seq += batch.num_rows
 
@@ -127,7 +125,6 @@ class Reader:
         result = self.kind.transform(self.i, batch, seq)
         assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
         rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows)
-        rows.objects = result.objects
         for item in result.items:
             rows.outcomes[item.seq - seq] = item
         for reject in result.rejects:

@@ -103,15 +103,12 @@ def update_flag(integration: Integration) -> bool | None:
 class Sink:
     """Collects one outcome per row, in row order."""
 
-    def __init__(self, first_seq: int, keys: list[str], array: str, max_body_bytes: int,
-                 keep_objects: bool = False) -> None:
+    def __init__(self, first_seq: int, keys: list[str], array: str, max_body_bytes: int) -> None:
         self.first_seq, self.keys, self.array = first_seq, keys, array
-        self.keep_objects = keep_objects  # for the field diff (`TransformResult.objects`)
         self.max_body_bytes = max_body_bytes
         self.limit = max_body_bytes - v.REQUEST_OVERHEAD_BYTES
         self.items: list[Item] = []
         self.rejects: list[Reject] = []
-        self.objects: dict[int, dict[str, Any]] = {}
 
     def reject(self, i: int, reason: str) -> None:
         self.rejects.append(Reject(self.first_seq + i, self.keys[i], reason))
@@ -133,8 +130,6 @@ class Sink:
             2 if "_update_existing_only" in obj else 1)
         self.items.append(Item(self.first_seq + i, self.keys[i], user, self.array, blob,
                                (), points))
-        if self.keep_objects:
-            self.objects[self.first_seq + i] = obj
 
     def result(self) -> TransformResult:
-        return TransformResult(self.items, self.rejects, self.objects)
+        return TransformResult(self.items, self.rejects)

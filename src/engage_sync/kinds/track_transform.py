@@ -59,10 +59,7 @@ def transform_batch(
     cols = Columns(batch)
     keys = row_keys(cols, integration.key_columns, integration.hidden_key_columns,
                     batch.num_rows)
-    from engage_sync.kinds import kind_of  # the registry imports this module
-
-    sink = Sink(first_seq, keys, integration.kind, integration.service.limits.max_body_bytes,
-                keep_objects=kind_of(integration).diffs(integration))
+    sink = Sink(first_seq, keys, integration.kind, integration.service.limits.max_body_bytes)
     refs = references(integration, cols)
     if integration.kind == "attributes":
         _attributes(integration, cols, refs, sink)
