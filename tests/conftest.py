@@ -1,5 +1,6 @@
 """Fixtures for every test: PostgreSQL and Redis on loopback, and the root logger left as each
-test found it."""
+test found it. Property tests have no deadline: on a shared 2-core machine a first example
+that imports or warms a cache can exceed Hypothesis's 200 ms and fail a correct test."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.pg_server import find_bindir, postgres_server
 from tests.redis_server import RedisServer, redis_server
+
+settings.register_profile("engage-sync", deadline=None)
+settings.load_profile("engage-sync")
 
 
 @pytest.fixture(autouse=True)
