@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -112,10 +113,14 @@ class FieldHelper:
         self._err.close()
 
     def stop(self) -> None:
-        """The run ended another way: the helper records nothing."""
+        """The run ended another way: the helper records nothing. The writer thread ends
+        too, closing the pipe."""
         if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        # a full queue: the writer is failing on the closed pipe and ends by itself
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
         if not self._err.closed:
             self._err.close()
 

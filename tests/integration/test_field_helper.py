@@ -103,7 +103,11 @@ def test_a_run_that_stops_records_nothing_the_helper_kept(store: StateStore) -> 
     items = first + rest
     store.settle("r1", INTEGRATION, [], acked_fields=[(items[0].user, items[0].fields)])
     differ.acked(items)
+    helper = differ.helper
+    assert helper is not None
     differ.stop()  # the run's `finally` after an error
+    helper._writer.join(10)
+    assert not helper._writer.is_alive() and helper._proc.stdin.closed  # type: ignore[union-attr]
     store.fold_fields(INTEGRATION)  # the next run's open
     assert _record(store) == {field_diff.user_key(items[0].user): _whole(items[0])}
     assert set(_leftovers()) <= before
