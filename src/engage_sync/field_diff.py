@@ -146,12 +146,13 @@ def _whole(obj: dict[str, Any], identifier: str) -> Change:
 def whole_encoded(user: str, blob: bytes) -> bytes:
     """`encode` of the record of an object sent whole (its JSON `blob`, for the user reference
     `user`): every attribute's digest."""
-    return encoded_whole(user, orjson.loads(blob))
+    return whole_encoded_object(user, orjson.loads(blob))
 
 
-def encoded_whole(user: str, obj: dict[str, Any]) -> bytes:
-    """`whole_encoded` of the object parsed. The hot path of a first run, so written for speed
-    (two names sharing a slot give two entries; `decode` keeps the last, as `diff` does)."""
+def whole_encoded_object(user: str, obj: dict[str, Any]) -> bytes:
+    """`whole_encoded` of the object already parsed. The hot path of a first run, so written
+    for speed (two names sharing a slot give two entries; `decode` keeps the last, as `diff`
+    does)."""
     slots, digests = _digested(obj, user[:user.find(":")])
     return _layout(len(slots)).pack(*slots, *digests)
 

@@ -201,9 +201,9 @@ def _frames(stream: IO[bytes]) -> Iterator[Any]:
 
 def records(users: Sequence[str], objs: Sequence[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
     """Users and the objects sent whole to them → (user key, encoded record) pairs."""
-    from engage_sync.field_diff import encoded_whole, user_key
+    from engage_sync.field_diff import user_key, whole_encoded_object
 
-    return [(user_key(user), encoded_whole(user, obj))
+    return [(user_key(user), whole_encoded_object(user, obj))
             for user, obj in zip(users, objs, strict=True)]
 
 
