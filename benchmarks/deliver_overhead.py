@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import httpx
 import orjson
 
-from engage_sync.deliver import Deliverer
+from engage_sync.deliver.deliverer import Deliverer
+from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.items import Item
-from engage_sync.ratelimit import RateBudgets
-from engage_sync.request import Request
+from engage_sync.pack.request import Request
 
 KEY = "bench-key-0123456789"
 RESPONSE = b'{"message":"success","attributes_processed":75}'

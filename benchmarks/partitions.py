@@ -12,7 +12,7 @@ What it does:
    for every partition) and reuses it for the runs; partitions = 1 runs unpartitioned in this
    process (no cluster: what a run without `partitions` does);
 4. per run: resets the sandbox, a fresh SQLite state database, then times
-   `engage_sync.wiring.sync_file` (the coordinator) with the partitions submitted to the
+   `engage_sync.adapters.wiring.sync_file` (the coordinator) with the partitions submitted to the
    cluster as plain Dask tasks (`run_partition`: the Prefect task runner adds a few ms per
    task run, not measured here); `diff: off`, so every row is sent;
 5. prints rows/s, requests and 429s at the sandbox, and the medians.
@@ -91,7 +91,7 @@ def dask_runner(client: Any) -> Callable[..., Any]:
     """`wiring.Runner`: each partition a Dask task on the cluster (no Prefect)."""
     from distributed import wait
 
-    from engage_sync.wiring import run_partition
+    from engage_sync.adapters.wiring import run_partition
 
     def runner(_integration: Any, _budgets: Any) -> Any:
         def execute(jobs: list[Any], tick: Callable[[], None]) -> list[BaseException | None]:
@@ -144,8 +144,8 @@ def cpu_split(pids: dict[str, list[int]]) -> dict[str, float]:
 
 def one_run(path: Path, state: Path, runner: Any, sandbox: str,
             pids: dict[str, list[int]]) -> dict[str, Any]:
-    from engage_sync.pipeline import RunOptions
-    from engage_sync.wiring import open_state, sync_file
+    from engage_sync.adapters.wiring import open_state, sync_file
+    from engage_sync.run.loop import RunOptions
 
     httpx.post(f"{sandbox}/_sandbox/reset", timeout=30).raise_for_status()
     state.unlink(missing_ok=True)

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engage_sync.extract import SourceSpec, stream_batches
-from engage_sync.window import Window
+from engage_sync.cursor.window import Window
+from engage_sync.read.extract import SourceSpec, stream_batches
 from tests.pg_server import postgres_server
 
 SPEC = SourceSpec(integration="bench", table="users_sync", schema=None, query=None,

@@ -8,7 +8,8 @@ What it does, per invocation:
 2. starts the sandbox in lean mode as a separate process on 127.0.0.1 with the service's
    real rate limit for /users/track (3,000 requests per 3 s) unless --no-rate-limits;
 3. per run: resets the sandbox (counters and rate windows), then runs
-   ``engage_sync.wiring.sync_file`` in a separate child process with a fresh SQLite state DB,
+   ``engage_sync.adapters.wiring.sync_file`` in a separate child process with a fresh SQLite
+   state DB,
    so the peak RSS is the sync's own. Peak RSS comes from ``os.wait4`` (that child's
    ``ru_maxrss``); the parent also samples ``/proc/PID/status`` every 50 ms to show the RSS
    over the run (at 25 / 50 / 75 % of the run and at its end);
@@ -194,10 +195,14 @@ def child_main(integration: str, state_db: str, profile: str | None) -> int:
 
     import engage_sync
 
-    try:  # `--src` may name a snapshot from before runner.py became wiring.py
-        wiring = importlib.import_module("engage_sync.wiring")
-    except ModuleNotFoundError:
-        wiring = importlib.import_module("engage_sync.runner")
+    wiring = None  # `--src` may name a snapshot from before the stage folders, or older
+    for name in ("engage_sync.adapters.wiring", "engage_sync.wiring", "engage_sync.runner"):
+        try:
+            wiring = importlib.import_module(name)
+            break
+        except ModuleNotFoundError:
+            continue
+    assert wiring is not None, "no wiring module in the package under test"
     open_state, sync_file = wiring.open_state, wiring.sync_file
 
     store = open_state(f"sqlite:///{state_db}")

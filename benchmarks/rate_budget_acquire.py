@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the server helpers
 
-from engage_sync.rate_budget_shared import SharedRateBudget, TokenStore
-from engage_sync.rate_store_postgres import PostgresTokenStore
-from engage_sync.rate_store_redis import RedisTokenStore
-from engage_sync.ratelimit import RateBudget
+from engage_sync.deliver.ratelimit import RateBudget
+from engage_sync.deliver.shared_budget import SharedRateBudget, TokenStore
+from engage_sync.deliver.store_postgres import PostgresTokenStore
+from engage_sync.deliver.store_redis import RedisTokenStore
 
 HUGE = 10**12  # requests per second: never a wait
 

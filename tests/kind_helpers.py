@@ -9,9 +9,9 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import kinds
-from engage_sync.batching import Batch
-from engage_sync.config import Integration, parse_integration
+from engage_sync.config.integration import Integration, parse_integration
 from engage_sync.items import TransformResult
+from engage_sync.pack.batching import Batch
 
 MARK = "§"
 """Marks generated values, so a test can tell that a reason never echoes one."""

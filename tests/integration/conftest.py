@@ -22,11 +22,12 @@ import yaml
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
-from engage_sync import field_diff, field_record
-from engage_sync.config import Integration, load_integration
-from engage_sync.state import StateStore
-from engage_sync.state_schema import fields
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
+from engage_sync.config.integration import Integration, load_integration
+from engage_sync.diff import field_diff
+from engage_sync.diff import record as field_record
+from engage_sync.state.schema import fields
+from engage_sync.state.store import StateStore
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 1, 1, 0, 0, 0)
@@ -274,7 +275,8 @@ def seed_profiles(svc: Service, api_key: str, objects: list[dict[str, Any]]) -> 
 def run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "ENGAGE_API_KEY": api_key}
     return subprocess.Popen(
-        [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
+        [sys.executable, "-m", "engage_sync.adapters.cli", "--log-level", "WARNING", "run",
+         str(path),
          "--no-prefect", "--state-url", state_url],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

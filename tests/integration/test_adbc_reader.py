@@ -14,9 +14,10 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import extract, extract_adbc
-from engage_sync.extract import SourceSpec, stream_batches
-from engage_sync.window import Window
+from engage_sync.cursor.window import Window
+from engage_sync.read import adbc as extract_adbc
+from engage_sync.read import extract
+from engage_sync.read.extract import SourceSpec, stream_batches
 
 pytestmark = pytest.mark.postgres
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engage_sync.state import StateStore
-from engage_sync.status import run_errors
-from engage_sync.wiring import sync_file
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import run_errors
 from tests.integration.conftest import (
     T0,
     Service,

@@ -10,9 +10,9 @@ from collections import Counter
 from datetime import UTC, timedelta
 from pathlib import Path
 
-from engage_sync.pipeline import RunOptions
-from engage_sync.state import StateStore
-from engage_sync.wiring import sync_file
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.run.loop import RunOptions
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, event_rows, table_integration
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from engage_sync.state import StateStore
-from engage_sync.status import record
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import record
 from tests.integration.conftest import (
     T0,
     Service,

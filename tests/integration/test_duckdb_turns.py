@@ -9,8 +9,8 @@ from pathlib import Path
 
 import duckdb
 
-from engage_sync import duckdb_turns
-from engage_sync.wiring import warehouse_engine
+from engage_sync.adapters.wiring import warehouse_engine
+from engage_sync.read import duckdb_turns
 from tests.integration.conftest import load, write_integration
 
 

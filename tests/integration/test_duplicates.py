@@ -9,8 +9,8 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from engage_sync.state import StateStore
-from engage_sync.wiring import open_state, sync_file
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     Service,
     Warehouse,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engage_sync import cli
-from engage_sync.state import StateStore
-from engage_sync.status import alert_reason
-from engage_sync.wiring import sync_file
+from engage_sync.adapters import cli
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import alert_reason
 from tests.integration.conftest import (
     T0,
     Service,

@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import field_diff
-from engage_sync.cli import main
-from engage_sync.diffing import UNCHANGED, Differ
-from engage_sync.field_helper import ENV, FieldHelper
-from engage_sync.field_record import FRESH
+from engage_sync.adapters.cli import main
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.diff import field_diff
+from engage_sync.diff.helper import ENV, FieldHelper
+from engage_sync.diff.record import FRESH
+from engage_sync.diff.stage import UNCHANGED, Differ
 from engage_sync.items import Item
-from engage_sync.pipeline import RunOptions, run_options
-from engage_sync.state import StateStore
-from engage_sync.state_schema import ADDED_COLUMNS, field_log, fields, runs
-from engage_sync.status import page, record
-from engage_sync.wiring import open_state, sync_file
+from engage_sync.run.loop import RunOptions, run_options
+from engage_sync.state.schema import ADDED_COLUMNS, field_log, fields, runs
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import page, record
 from tests.integration.conftest import (
     T0,
     Service,
@@ -90,7 +90,7 @@ def test_rerun_and_touched_rows_bill_nothing(
         started.append(FieldHelper(*args))
         return started[-1]
 
-    monkeypatch.setattr("engage_sync.pipeline.FieldHelper", helper)
+    monkeypatch.setattr("engage_sync.run.loop.FieldHelper", helper)
     first = _run(users, state)
     assert len(started) == (first_run_helper != "off")  # the first run only
     assert _points(service) == ROWS * len(ATTRIBUTES)
@@ -197,7 +197,7 @@ def _processed(service: Service) -> dict[bytes, dict[int, int]]:
 def _wait_for_helpers(seconds: float = 30) -> None:
     """Until no field helper process runs on this machine."""
     deadline = time.monotonic() + seconds
-    while any(b"engage_sync.field_helper" in p.read_bytes()
+    while any(b"engage_sync.diff.helper" in p.read_bytes()
               for p in Path("/proc").glob("[0-9]*/cmdline") if _readable(p)):
         assert time.monotonic() < deadline, "a field helper process never exited"
         time.sleep(0.1)

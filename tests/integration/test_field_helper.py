@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from engage_sync import field_diff, field_record
-from engage_sync.diffing import Differ
+from engage_sync.diff import field_diff
+from engage_sync.diff import record as field_record
+from engage_sync.diff.helper import FieldHelper, frame, shareable_url
+from engage_sync.diff.helper import _unframe as unframe
+from engage_sync.diff.stage import Differ
 from engage_sync.errors import SyncError
-from engage_sync.field_helper import FieldHelper, frame, shareable_url
-from engage_sync.field_helper import _unframe as unframe
 from engage_sync.items import Item
-from engage_sync.state import StateStore
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import field_records, logged_deltas
 
 INTEGRATION = "users"

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import field_diff, field_record
-from engage_sync.diffing import UNCHANGED, Differ
-from engage_sync.field_record import FRESH, MERGE
+from engage_sync.diff import field_diff
+from engage_sync.diff import record as field_record
+from engage_sync.diff.record import FRESH, MERGE
+from engage_sync.diff.stage import UNCHANGED, Differ
 from engage_sync.items import Item
-from engage_sync.state import StateStore
-from engage_sync.state_schema import field_log
+from engage_sync.state.schema import field_log
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import field_records, logged_deltas
 
 INTEGRATION = "users"
@@ -204,7 +205,7 @@ def test_a_first_run_looks_nothing_up_and_sends_every_item_whole(
 def test_a_full_filter_folds_the_log(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a non-empty record, the filter of logged users is bounded: once full, the log is
     folded and the filter emptied."""
-    monkeypatch.setattr("engage_sync.key_filter.CAPACITY", 1)
+    monkeypatch.setattr("engage_sync.diff.key_filter.CAPACITY", 1)
     store.settle("r0", INTEGRATION, [], acked_fields=[
         ("external_id:u0", FRESH + field_diff.encode({1: 1}))])
     differ = Differ(INTEGRATION, store)

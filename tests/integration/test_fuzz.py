@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from engage_sync.state import StateStore
-from engage_sync.wiring import sync_file
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, table_integration
 
 GOOD, BAD_ATTRIBUTES, BAD_EVENTS = 300, 600, 400

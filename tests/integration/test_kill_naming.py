@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
 from tests.integration.conftest import (
     Service,
     Warehouse,

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync.ratelimit import RateBudgets
-from engage_sync.state import StateStore
-from engage_sync.wiring import open_state, sync_file
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     SUBSCRIPTION_LIMIT,
     T0,
@@ -508,8 +508,8 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
     tmp_path: Path,
 ) -> None:
     from engage_sync.errors import RunRefused
-    from engage_sync.pipeline import RunOptions
-    from engage_sync.status import page
+    from engage_sync.run.loop import RunOptions
+    from engage_sync.status.record import page
 
     seed_profiles(service, sandbox_key, [{"external_id": f"c{i:03d}"} for i in range(30)])
     warehouse.create("deletes_sync", [("updated_at", sa.DateTime()),
@@ -535,7 +535,7 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
 def test_a_dry_run_of_deletes_lists_exactly_who_would_be_deleted(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
 ) -> None:
-    from engage_sync.pipeline import RunOptions
+    from engage_sync.run.loop import RunOptions
 
     warehouse.create("deletes_sync", [("updated_at", sa.DateTime()),
                                       ("external_id", sa.String())])
@@ -546,7 +546,7 @@ def test_a_dry_run_of_deletes_lists_exactly_who_would_be_deleted(
     result = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
     assert result is not None and result.requests == 3
     assert sorted(json.loads(b) for b in result.sample) == [f"c{i:03d}" for i in range(120)]
-    from engage_sync.flows import sync_flow_or_direct  # what `run --dry-run` prints
+    from engage_sync.adapters.flows import sync_flow_or_direct  # what `run --dry-run` prints
 
     printed = sync_flow_or_direct(str(path), dry_run=True, use_prefect=False,
                                   state_url=f"sqlite:///{tmp_path / 'other.db'}")

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from engage_sync.adapters.wiring import open_state
+from engage_sync.cursor.window import Window
 from engage_sync.errors import LeaseLost, RunRefused
-from engage_sync.lease import Lease, new_owner
-from engage_sync.resume import open_run
-from engage_sync.window import Window
-from engage_sync.wiring import open_state
+from engage_sync.run.lease import Lease, new_owner
+from engage_sync.run.resume import open_run
 from tests.integration.conftest import (
     Service,
     Warehouse,

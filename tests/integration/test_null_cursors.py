@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync.state import StateStore
-from engage_sync.wiring import open_state, sync_file
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, table_integration, user_rows
 
 

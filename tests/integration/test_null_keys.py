@@ -8,9 +8,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from engage_sync.state import StateStore
-from engage_sync.status import run_errors
-from engage_sync.wiring import sync_file
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import run_errors
 from tests.integration.conftest import T0, Service, Warehouse, table_integration, user_rows
 
 

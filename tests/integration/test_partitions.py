@@ -23,14 +23,14 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync import kinds
-from engage_sync.config import load_integration
-from engage_sync.extract import count_rows
-from engage_sync.key_digest import python_bucket
-from engage_sync.pipeline import RunOptions
-from engage_sync.reading import source_spec
-from engage_sync.state import StateStore
-from engage_sync.window import Window
-from engage_sync.wiring import open_state, sync_file
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.config.integration import load_integration
+from engage_sync.cursor.window import Window
+from engage_sync.read.extract import count_rows
+from engage_sync.read.key_digest import python_bucket
+from engage_sync.read.reader import source_spec
+from engage_sync.run.loop import RunOptions
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
     Service,
@@ -198,7 +198,7 @@ def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_it
     late["payload"] = json.dumps({"name": "viewed", "properties": {"eid": "late"}})
     wh.insert("events_sync", [late])
     wh.engine.dispose()
-    from engage_sync.pipeline import run_options
+    from engage_sync.run.loop import run_options
 
     options = run_options("backfill", datetime(2025, 12, 31), datetime(2026, 1, 2), False,
                           False, partitions=4)
@@ -213,8 +213,8 @@ def test_a_finished_partition_run_again_sends_nothing(service: Service, tmp_path
     """A Dask worker that dies holding a finished partition's result makes the cluster run that
     partition again: it must not send its rows a second time (found with a real worker kill:
     3,465 events doubled before this rule)."""
-    from engage_sync.partitioned import PartitionJob
-    from engage_sync.wiring import portable_url, run_partition
+    from engage_sync.adapters.wiring import portable_url, run_partition
+    from engage_sync.partitions.coordinator import PartitionJob
 
     url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
     wh = Warehouse("duckdb", url, sa.create_engine(url))

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import cli, key_digest
-from engage_sync.state import StateStore
-from engage_sync.status import run_errors
-from engage_sync.wiring import sync_file
+from engage_sync.adapters import cli
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.read import key_digest
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import run_errors
 from tests.integration.conftest import T0, Service, Warehouse, users_table, write_integration
 
 EMAILS = ("ann@example.com", "bob@example.org")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engage_sync.flows import sync_flow_or_direct
+from engage_sync.adapters.flows import sync_flow_or_direct
 from tests.integration.conftest import (
     Service,
     Warehouse,

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import engage_sync.reading as reading
+import engage_sync.read.reader as reading
+from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SourceError, SyncError
-from engage_sync.pipeline import RunOptions
-from engage_sync.state import JournalEntry, Settlement, StateStore
-from engage_sync.wiring import sync_file
+from engage_sync.run.loop import RunOptions
+from engage_sync.state.store import JournalEntry, Settlement, StateStore
 from tests.integration.conftest import (
     T0,
     Service,
@@ -143,7 +143,7 @@ def test_text_keys_are_read_in_the_order_python_compares_them(
     bytes so both agree, and continues after a cursor in that same order."""
     import sqlalchemy as sa
 
-    from engage_sync.extract import SourceSpec, Window, stream_batches
+    from engage_sync.read.extract import SourceSpec, Window, stream_batches
 
     engine = sa.create_engine(postgres_url)
     with engine.begin() as conn:
@@ -173,7 +173,7 @@ def test_a_run_still_in_progress_on_this_host_is_not_taken_over(
     import sys
 
     from engage_sync.errors import RunRefused
-    from engage_sync.state_schema import runs
+    from engage_sync.state.schema import runs
 
     path = _events(warehouse, service, tmp_path, n=100)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -199,8 +199,8 @@ def test_state_on_postgresql_for_teams(
     acks, status pages and a resume all work on it."""
     import sqlalchemy as sa
 
-    from engage_sync.status import page
-    from engage_sync.wiring import open_state
+    from engage_sync.adapters.wiring import open_state
+    from engage_sync.status.record import page
 
     schema = f"state_{warehouse.name}"
     admin = sa.create_engine(postgres_url)

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
 from tests.integration.conftest import (
     ROOT,
     Service,

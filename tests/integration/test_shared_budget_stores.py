@@ -13,9 +13,9 @@ import pytest
 import redis as redis_py
 import sqlalchemy as sa
 
+from engage_sync.deliver.store_postgres import TABLE, PostgresTokenStore
+from engage_sync.deliver.store_redis import RedisTokenStore
 from engage_sync.errors import RateBudgetUnavailable
-from engage_sync.rate_store_postgres import TABLE, PostgresTokenStore
-from engage_sync.rate_store_redis import RedisTokenStore
 from tests.pg_server import free_port
 from tests.redis_server import RedisServer
 

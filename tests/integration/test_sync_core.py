@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError
-from engage_sync.pipeline import RunOptions
-from engage_sync.state import StateStore
-from engage_sync.status import page
-from engage_sync.wiring import sync_file
+from engage_sync.run.loop import RunOptions
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import page
 from tests.integration.conftest import (
     T0,
     Service,

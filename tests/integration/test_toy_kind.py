@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from engage_sync import kinds
-from engage_sync.folder import run_order
-from engage_sync.state import StateStore
-from engage_sync.wiring import sync_file
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.run.folder import run_order
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
     Service,
@@ -52,7 +52,7 @@ def test_a_new_kind_runs_end_to_end(touches: None, warehouse: Warehouse, service
 
 
 def test_an_unknown_kind_is_refused_with_the_known_ones_named(tmp_path: Path) -> None:
-    from engage_sync.config import parse_integration
+    from engage_sync.config.integration import parse_integration
     from engage_sync.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"unknown kind 'touches'.*attributes"):

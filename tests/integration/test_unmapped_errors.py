@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sync import cli, wiring
-from engage_sync.config import Integration
-from engage_sync.state import StateStore
-from engage_sync.status import run_errors
-from engage_sync.wiring import sync_file
+from engage_sync.adapters import cli, wiring
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.integration import Integration
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import run_errors
 from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
 
 STRAY = "an internal error the service could not attribute"

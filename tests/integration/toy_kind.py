@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from engage_sync.config import Integration
+from engage_sync.config.integration import Integration
 from engage_sync.items import TransformResult
 from engage_sync.kinds import Kind
 from engage_sync.kinds.arrow_values import Columns

@@ -24,9 +24,9 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sandbox.server import SandboxHandle
-from engage_sync.demo import free_port
-from engage_sync.state import StateStore
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
+from engage_sync.demo.main import free_port
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import (  # noqa: F401  (the session sandbox fixture)
     T0,
     event_rows,

@@ -15,7 +15,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
 from engage_sandbox.server import SandboxHandle
-from engage_sync.demo import free_port
+from engage_sync.demo.main import free_port
 from tests.integration.conftest import write_integration
 from tests.prefect.conftest import build_folder
 

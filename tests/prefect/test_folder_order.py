@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from engage_sync import flows
-from engage_sync.pipeline import DryRun
-from engage_sync.wiring import Outcome
+from engage_sync.adapters import flows
+from engage_sync.adapters.wiring import Outcome
+from engage_sync.run.loop import DryRun
 
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes"}
 

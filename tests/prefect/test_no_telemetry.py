@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engage_sync import telemetry
+from engage_sync.adapters import telemetry
 from tests.integration.conftest import write_integration
 
 CLI = Path(sys.executable).parent / "engage-sync"

@@ -33,8 +33,8 @@ import yaml
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
-from engage_sync.config import load_integration
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
+from engage_sync.config.integration import load_integration
 from tests.integration.conftest import (
     ROOT,
     T0,
@@ -102,7 +102,8 @@ def run_flow(path: Path, state_url: str, **env: str) -> subprocess.Popen[bytes]:
     """`engage-sync run` (a flow run on the session's Prefect server) as its own process: the
     coordinator, whose children are the LocalCluster's workers."""
     return subprocess.Popen(
-        [sys.executable, "-m", "engage_sync.cli", "--log-level", "WARNING", "run", str(path),
+        [sys.executable, "-m", "engage_sync.adapters.cli", "--log-level", "WARNING", "run",
+         str(path),
          "--state-url", state_url], env={**os.environ, **env}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True)
 
@@ -253,7 +254,7 @@ def test_the_flow_builds_the_runner_the_config_names(tmp_path: Path) -> None:
     from prefect.task_runners import ThreadPoolTaskRunner
     from prefect_dask import DaskTaskRunner
 
-    from engage_sync.task_runners import task_runner
+    from engage_sync.adapters.task_runners import task_runner
 
     def integration(runner: dict[str, Any]) -> Any:
         return load_integration(write_integration(tmp_path, "users", {
@@ -274,7 +275,7 @@ def test_the_flow_runs_partitions_on_prefects_thread_pool_by_default(
         prefect_api: str, tight: Service, tmp_path: Path) -> None:
     """`task_runner` not set: the partitions are task runs in the flow's process, sharing its
     (local) rate budget."""
-    from engage_sync.flows import sync_integration
+    from engage_sync.adapters.flows import sync_integration
 
     rows = 3000
     users, _ = build(tmp_path, tight, rows, users=300)

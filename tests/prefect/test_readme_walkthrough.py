@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engage_sync.demo import free_port
+from engage_sync.demo.main import free_port
 from tests.prefect.conftest import ROOT, _stop
 
 INSTALL = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'"

@@ -14,7 +14,7 @@ from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterNam
 from prefect.client.schemas.objects import FlowRun
 
 from engage_sandbox.server import SandboxHandle
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
 from tests.prefect.conftest import USERS, _stop, build_folder, start_serve, wait_for_deployments
 
 NAME = "ticking_users"  # a name of its own: other modules serve engage-sync/users

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engage_sync.demo import free_port
+from engage_sync.demo.main import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## The sandbox: the service on your machine"

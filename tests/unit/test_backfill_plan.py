@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync import retention
-from engage_sync.backfill import (
+from engage_sync.adapters.backfill import (
     Chunk,
     idempotency_key,
     options_hash,
@@ -19,8 +18,9 @@ from engage_sync.backfill import (
     parse_bound,
     plan,
 )
+from engage_sync.adapters.wiring import open_state
 from engage_sync.errors import ConfigError
-from engage_sync.wiring import open_state
+from engage_sync.state import retention
 
 D = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engage_sync.cursor.progress import Progress, Ranges, Segment
 from engage_sync.items import Item
 from engage_sync.kinds.track_packer import ARRAYS, TrackLimits, pack_track
-from engage_sync.progress import Progress, Ranges, Segment
 
 blobs = st.builds(lambda n, s: orjson.dumps({"external_id": f"u{n}", "v": "x" * s}),
                   st.integers(0, 10**6), st.integers(0, 3000))

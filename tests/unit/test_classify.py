@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.classify import Outcome, classify
+from engage_sync.deliver.classify import Outcome, classify
 from engage_sync.items import Item
-from engage_sync.request import Request
+from engage_sync.pack.request import Request
 
 
 def make_request(**arrays: int) -> Request:

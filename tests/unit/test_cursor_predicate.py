@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import elements, operators
 
-from engage_sync.extract import SourceSpec, build_query
-from engage_sync.nulls import NULL_KEY, position_value
-from engage_sync.window import Window
+from engage_sync.cursor.nulls import NULL_KEY, position_value
+from engage_sync.cursor.window import Window
+from engage_sync.read.extract import SourceSpec, build_query
 
 SPEC = SourceSpec(integration="t", table="src", schema=None, query=None,
                   cursor_column="UPDATED_AT", key_columns=("K1", "K2"),

@@ -11,10 +11,10 @@ import httpx
 import orjson
 import pytest
 
-from engage_sync.deliver import DEFAULT_TIMEOUT, Deliverer
+from engage_sync.deliver.deliverer import DEFAULT_TIMEOUT, Deliverer
+from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.items import Item
-from engage_sync.ratelimit import RateBudgets
-from engage_sync.request import Request
+from engage_sync.pack.request import Request
 from tests.fakes import EPOCH, FakeClock
 
 KEY = "sk-test-0123456789abcdef"
@@ -245,10 +245,10 @@ def test_backoff_grows(deliverer: Factory) -> None:
 def test_one_debug_line_per_attempt_and_a_warning_per_retry(
     deliverer: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="engage_sync.deliver")
+    caplog.set_level(logging.DEBUG, logger="engage_sync.deliver.deliverer")
     d, _, _ = deliverer(reply(503), OK)
     d.send(make_request(events=2))
-    mine = [r for r in caplog.records if r.name == "engage_sync.deliver"]
+    mine = [r for r in caplog.records if r.name == "engage_sync.deliver.deliverer"]
     debug = [r.getMessage() for r in mine if r.levelno == logging.DEBUG]
     warnings = [r.getMessage() for r in mine if r.levelno == logging.WARNING]
     assert debug == [

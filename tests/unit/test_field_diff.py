@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.field_diff import (
+from engage_sync.diff.field_diff import (
     decode,
     diff,
     diff_stored,

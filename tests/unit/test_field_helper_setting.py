@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from engage_sync.diff.helper import AFTER, ENV, helper_after
 from engage_sync.errors import ConfigError
-from engage_sync.field_helper import AFTER, ENV, helper_after
 
 
 @pytest.mark.parametrize(("value", "after"), [

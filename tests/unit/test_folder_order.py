@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engage_sync.folder import run_order
+from engage_sync.run.folder import run_order
 
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes",
          "d_merges": "merges", "e_identify": "identify", "f_purchases": "purchases",

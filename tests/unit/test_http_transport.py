@@ -9,10 +9,10 @@ import threading
 import httpx
 import pytest
 
-from engage_sync import wiring
-from engage_sync.config import Integration
+from engage_sync.adapters import wiring
+from engage_sync.config.integration import Integration
+from engage_sync.deliver.proxies import proxy_for
 from engage_sync.errors import ConfigError
-from engage_sync.proxies import proxy_for
 
 
 def an_integration(base_url: str) -> Integration:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engage_sync.status import job_message, shown_key
+from engage_sync.status.record import job_message, shown_key
 
 
 @pytest.mark.parametrize(("counts", "start"), [

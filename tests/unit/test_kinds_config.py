@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engage_sync.config import load_integration, parse_integration
+from engage_sync.config.integration import load_integration, parse_integration
 from engage_sync.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engage_sync import kinds
-from engage_sync.batching import Batch
-from engage_sync.config import Integration, parse_integration
+from engage_sync.config.integration import Integration, parse_integration
 from engage_sync.items import USER_SEP, Item, users_of
+from engage_sync.pack.batching import Batch
 
 SECTIONS: dict[str, dict[str, Any]] = {
     "subscriptions": {"group_id": "g"},

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engage_sync.wiring import open_state
+from engage_sync.adapters.wiring import open_state
 
 
 def test_an_absolute_sqlite_url_gets_its_folder(tmp_path: Path) -> None:

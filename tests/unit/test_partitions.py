@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.config import parse_integration
+from engage_sync.config.integration import parse_integration
+from engage_sync.cursor.progress import PartitionProgress, may_move_cursor, partitions_settled
 from engage_sync.errors import ConfigError
-from engage_sync.key_digest import python_bucket
-from engage_sync.partitioned import parse_partition, partitions_to_run
-from engage_sync.pipeline import PartitionOf
-from engage_sync.progress import PartitionProgress, may_move_cursor, partitions_settled
+from engage_sync.partitions.coordinator import parse_partition, partitions_to_run
+from engage_sync.read.key_digest import python_bucket
+from engage_sync.run.loop import PartitionOf
 
 # --- which partition -----------------------------------------------------------------------
 
@@ -153,7 +153,7 @@ def test_partitions_on_dask_with_a_local_budget_are_a_config_error() -> None:
 def test_a_partition_job_never_shows_the_state_databases_password() -> None:
     from pydantic import SecretStr
 
-    from engage_sync.partitioned import PartitionJob
+    from engage_sync.partitions.coordinator import PartitionJob
 
     job = PartitionJob("/cfg/users.yaml", 1, 4, "parent", "incremental", None, None, False,
                        SecretStr("postgresql://sync:hunter2@db/state"))

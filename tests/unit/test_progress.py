@@ -12,10 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.batching import Batch
-from engage_sync.cutter import Cutter
-from engage_sync.items import Item
-from engage_sync.progress import (
+from engage_sync.cursor.progress import (
     Progress,
     Segment,
     decode_cursor,
@@ -23,10 +20,13 @@ from engage_sync.progress import (
     may_move_cursor,
     stamp,
 )
-from engage_sync.reading import RowBatch
-from engage_sync.resume import Skipper
-from engage_sync.send_loop import Outgoing
-from engage_sync.state import JournalEntry
+from engage_sync.items import Item
+from engage_sync.pack.batching import Batch
+from engage_sync.read.reader import RowBatch
+from engage_sync.run.cutter import Cutter
+from engage_sync.run.resume import Skipper
+from engage_sync.run.send_loop import Outgoing
+from engage_sync.state.store import JournalEntry
 
 
 def test_progress_moves_only_over_the_settled_prefix() -> None:

@@ -3,7 +3,7 @@ record."""
 
 from __future__ import annotations
 
-from engage_sync.progress_report import ProgressReporter, final_line, progress_line
+from engage_sync.status.progress_report import ProgressReporter, final_line, progress_line
 
 COUNTS = {"read": 30_000, "requests": 400, "synced": 29_990, "failed": 0, "rejected": 10,
           "in_doubt": 0, "window_rows": 300_000}

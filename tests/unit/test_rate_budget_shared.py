@@ -12,17 +12,17 @@ import httpx
 import pytest
 import yaml
 
-from engage_sync.config import load_integration
-from engage_sync.deliver import Deliverer
-from engage_sync.errors import ConfigError, RateBudgetUnavailable
-from engage_sync.rate_budget_shared import (
+from engage_sync.config.integration import load_integration
+from engage_sync.deliver.deliverer import Deliverer
+from engage_sync.deliver.ratelimit import RateBudget, RateBudgets
+from engage_sync.deliver.shared_budget import (
     SharedRateBudget,
     SharedRateBudgets,
     budgets_for,
     guarded,
     plan,
 )
-from engage_sync.ratelimit import RateBudget, RateBudgets
+from engage_sync.errors import ConfigError, RateBudgetUnavailable
 from tests.unit.test_deliver import make_request
 from tests.unit.test_ratelimit import FakeClock, grants, max_in_window
 

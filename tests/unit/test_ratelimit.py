@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engage_sync.ratelimit import RateBudget, RateBudgets, parse_reset, parse_retry_after
+from engage_sync.deliver.ratelimit import RateBudget, RateBudgets, parse_reset, parse_retry_after
 from tests.fakes import EPOCH, FakeClock
 
 

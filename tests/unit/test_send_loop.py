@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from engage_sync.batching import Batch
-from engage_sync.classify import Outcome
-from engage_sync.deliver import Delivery
+from engage_sync.cursor.progress import Cursor, Progress
+from engage_sync.deliver.classify import Outcome
+from engage_sync.deliver.deliverer import Delivery
 from engage_sync.items import Item
-from engage_sync.progress import Cursor, Progress
-from engage_sync.request import Request
-from engage_sync.send_loop import FatalStop, Outgoing, RunContext, SendLoop
-from engage_sync.state import JournalEntry, Settlement
+from engage_sync.pack.batching import Batch
+from engage_sync.pack.request import Request
+from engage_sync.run.send_loop import FatalStop, Outgoing, RunContext, SendLoop
+from engage_sync.state.store import JournalEntry, Settlement
 
 
 class FakeState:

@@ -19,12 +19,12 @@ import httpx
 import pytest
 import uvicorn
 
-from engage_sync.cli import main
-from engage_sync.state import StateStore
-from engage_sync.state_schema import runs
-from engage_sync.status import encode_page_cursor, page
-from engage_sync.status_server import create_app
-from engage_sync.wiring import open_state
+from engage_sync.adapters.cli import main
+from engage_sync.adapters.status_server import create_app
+from engage_sync.adapters.wiring import open_state
+from engage_sync.state.schema import runs
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import encode_page_cursor, page
 
 TOKEN = "test-token-0123456789abcdef"
 SIX = {"job_status", "sync_start_time", "sync_finish_time", "last_timestamp_synced",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.ties import Ties, error_position
+from engage_sync.cursor.ties import Ties, error_position
 
 
 @given(st.lists(st.integers(0, 3), max_size=40).map(sorted), st.lists(st.booleans(),

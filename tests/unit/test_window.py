@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engage_sync.window import align, backfill_window, incremental_window, shift
+from engage_sync.cursor.window import align, backfill_window, incremental_window, shift
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

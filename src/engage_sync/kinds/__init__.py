@@ -18,7 +18,7 @@ from engage_sync.kinds.subscriptions import SUBSCRIPTIONS
 from engage_sync.kinds.track import ATTRIBUTES, EVENTS, PURCHASES
 
 if TYPE_CHECKING:
-    from engage_sync.config import Integration
+    from engage_sync.config.integration import Integration
 
 __all__ = ["Kind", "kind_of", "names", "rank", "register", "unregister"]
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from engage_sync.batching import Packer
 from engage_sync.items import TransformResult
-from engage_sync.request import group_for
+from engage_sync.pack.batching import Packer
+from engage_sync.pack.request import group_for
 
 if TYPE_CHECKING:
-    from engage_sync.config import Integration
+    from engage_sync.config.integration import Integration
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,8 @@ from typing import Any
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.batching import ListPacker, Packer, build_arrays
-from engage_sync.config import Integration
-from engage_sync.config_kinds import (
+from engage_sync.config.integration import Integration
+from engage_sync.config.sections import (
     AliasRenameSpec,
     DeleteSpec,
     IdentifySpec,
@@ -43,6 +42,7 @@ from engage_sync.config_kinds import (
 from engage_sync.items import USER_SEP, Item, TransformResult, users_of
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.rows import Outcomes, Rows, UserRef, read_users, user_name
+from engage_sync.pack.batching import ListPacker, Packer, build_arrays
 
 DELETE = "/users/delete"
 IDENTIFY = "/users/identify"

@@ -15,7 +15,7 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.config_kinds import UserColumns
+from engage_sync.config.sections import UserColumns
 from engage_sync.errors import SourceError
 from engage_sync.items import Item, Reject, TransformResult, render_key
 

@@ -22,12 +22,12 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.batching import Built, ListPacker, Packer
-from engage_sync.config import Integration, TrackGroup
-from engage_sync.config_kinds import SubscriptionSpec
+from engage_sync.config.integration import Integration, TrackGroup
+from engage_sync.config.sections import SubscriptionSpec
 from engage_sync.items import Item, TransformResult
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.rows import Outcomes, Rows, UserRef, read_users
+from engage_sync.pack.batching import Built, ListPacker, Packer
 
 V2 = "/v2/subscription/status/set"
 V1 = "/subscription/status/set"

@@ -7,11 +7,11 @@ idempotent and journaled in groups; events and purchases are not idempotent.
 
 from __future__ import annotations
 
-from engage_sync.batching import Packer
-from engage_sync.config import Integration
+from engage_sync.config.integration import Integration
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.track_packer import ENDPOINT, TrackLimits, TrackPacker
 from engage_sync.kinds.track_transform import transform_batch
+from engage_sync.pack.batching import Packer
 
 
 def limits(integration: Integration) -> TrackLimits:

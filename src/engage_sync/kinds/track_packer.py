@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from engage_sync.batching import Batch
 from engage_sync.items import Item
+from engage_sync.pack.batching import Batch
 
 ARRAYS = ("attributes", "events", "purchases")
 _OVERHEAD = len(b'{"attributes":[],"events":[],"purchases":[]}')

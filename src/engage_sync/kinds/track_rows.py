@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from engage_sync import validate as v
-from engage_sync.config import Integration
+from engage_sync.config.integration import Integration
 from engage_sync.items import KEY_PART_MAX, Item, Reject, TransformResult, digest_part, key_part
 from engage_sync.kinds.arrow_values import Columns
 

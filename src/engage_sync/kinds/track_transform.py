@@ -24,7 +24,7 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.config import Integration
+from engage_sync.config.integration import Integration
 from engage_sync.items import TransformResult
 from engage_sync.kinds.arrow_values import Columns, iso_utc
 from engage_sync.kinds.subscriptions import track_groups

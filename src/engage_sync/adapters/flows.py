@@ -1,0 +1,219 @@
+"""Prefect flows: parameters in, pipeline call, artifacts out. No SQL, HTTP or business rules.
+
+`sync_integration` syncs one integration; `sync_folder` syncs every integration of a folder, one
+task each, identity operations first and deletes last, sharing one set of rate budgets. The
+parameters are typed so the Prefect UI renders them as a form, and a run started from the UI,
+from `prefect deployment run … --param …` or from `engage-sync run` does the same thing.
+
+A flow run fails (so Prefect automations and notifications fire) when the sync ends in `error`
+or `config_error`, or when the share of failed rows passes the integration's
+`failed_rows_alert_share`; the status record's `message` says the same. Each run leaves its
+status record and its rejected rows (keys and reasons, never payload values) as table
+artifacts, then prunes row error records older than the retention age.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from engage_sync.adapters import prefect_exit
+from engage_sync.adapters.failures import SyncAlert, one_line
+from engage_sync.adapters.wiring import open_state, run_direct, sync_file
+from engage_sync.config.integration import integration_files, resolve_integration
+from engage_sync.cursor.progress import Mode
+from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.errors import SyncError
+from engage_sync.run.folder import run_order
+from engage_sync.run.loop import run_options
+from engage_sync.state import retention
+from engage_sync.state.store import StateStore
+from engage_sync.status.progress_report import ProgressReporter
+from engage_sync.status.record import run_errors
+
+ARTIFACT_ROWS = 1000
+prefect_exit.register()  # no DuckDB leak report at exit of a process that ran a flow
+
+
+
+
+def _artifact_key(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower())
+
+
+def _artifacts(name: str, record: dict[str, Any], store: StateStore) -> None:
+    key = _artifact_key(name)
+    create_table_artifact(table=[record], key=f"sync-status-{key}",
+                          description=f"engage-sync status record of {name}")
+    errors = run_errors(store, record["run_id"], limit=ARTIFACT_ROWS) if "run_id" in record else []
+    if errors:
+        more = sum(record.get(k, 0) for k in (
+            "rows_failed_with_errors", "rows_in_doubt", "errors_unmapped",
+            "rows_possibly_duplicated"))  # every kind of error the listing holds
+        note = f" (first {ARTIFACT_ROWS} of {more})" if more > len(errors) else ""
+        create_table_artifact(
+            table=errors, key=f"sync-rejects-{key}",
+            description=f"rejected, failed, in-doubt and possibly doubled rows of {name}, and "
+                        f"service errors naming no row: keys and reasons{note}; "
+                        f"`engage-sync errors {name}` lists them")
+
+
+def _prune(store: StateStore) -> None:
+    try:
+        retention.prune(store)
+    except Exception as exc:  # pruning never fails a sync
+        logging.getLogger(__name__).warning("pruning row errors failed: %s", exc)
+
+
+def run_one(integration: str, mode: Mode = "incremental", start: datetime | None = None,
+            end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
+            config_dir: str | None = None, state_url: str | None = None,
+            budgets: RateBudgets | None = None, allow_deletes: int | None = None,
+            partitions: int | None = None) -> dict[str, Any]:
+    """One integration inside a flow or task run: the status record, or a dry run's summary.
+    Raises SyncAlert when the run needs attention."""
+    store = open_state(state_url)
+    try:
+        return _run_one(store, integration, mode, start, end, dry_run, resend_events,
+                        config_dir, budgets, allow_deletes, partitions)
+    finally:
+        store.engine.dispose()  # a serving process runs many flows: release its connections
+
+
+def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | None,
+             end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
+             budgets: RateBudgets | None, allow_deletes: int | None,
+             partitions: int | None = None) -> dict[str, Any]:
+    from engage_sync.adapters.task_runners import prefect_runner  # prefect-dask only when asked
+
+    logger = get_run_logger()
+    progress = ProgressReporter(logger.info)
+    try:
+        options = run_options(mode, start, end, dry_run, resend_events, allow_deletes,
+                              partitions)
+        path = resolve_integration(integration, config_dir)
+        outcome = sync_file(path, options=options, store=store, budgets=budgets,
+                            on_progress=progress, runner=prefect_runner)
+    except SyncError as exc:  # the UI's state message and the CLI's last line say the same
+        raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
+    if outcome.dry_run is not None:
+        d = outcome.dry_run
+        logger.info("dry run of %s: %s rows, %s requests, %s rejects", outcome.integration,
+                    d.rows, d.requests, len(d.rejects))
+        return d.summary(outcome.integration)
+    record = dict(outcome.record or {})
+    progress.finish(record)
+    _artifacts(outcome.integration, record, store)
+    _prune(store)
+    if outcome.alert:
+        raise SyncAlert(f"integration {outcome.integration}: {outcome.alert}")
+    logger.info("integration %s: %s", outcome.integration, record)
+    return record
+
+
+def _run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    name = Path(str(params.get("integration") or params.get("folder") or "sync")).stem
+    return f"{name}-{params.get('mode', 'incremental')}"
+
+
+@flow(name="engage-sync", log_prints=True, flow_run_name=_run_name)
+def sync_integration(
+    integration: str,
+    mode: Mode = "incremental",
+    start: datetime | None = None,
+    end: datetime | None = None,
+    dry_run: bool = False,
+    resend_events: bool = False,
+    allow_deletes: int | None = None,
+    config_dir: str | None = None,
+    state_url: str | None = None,
+    partitions: int | None = None,
+) -> dict[str, Any]:
+    """Sync one integration and return its status record.
+
+    Args:
+        integration: Integration file path, or its name in the config folder.
+        mode: incremental (from the stored cursor), backfill (rows with start <= UPDATED_AT <
+            end, sent with the bulk header; the cursor does not move) or full_resync (all rows).
+        start: Backfill only: first UPDATED_AT included (UTC when no zone is given).
+        end: Backfill only: first UPDATED_AT excluded (default: now minus the settle lag).
+        dry_run: Read, validate and batch; send and record nothing.
+        resend_events: Backfill only: send events and purchases again even when the
+            incremental sync already delivered them.
+        allow_deletes: Deletes only: allow this many deletions in this run, above the
+            integration's max_deletes.
+        config_dir: Folder of integration files (default ENGAGE_SYNC_CONFIG_DIR or ./config).
+        state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
+        partitions: Split the run into this many partitions by a hash of the user key, each a
+            task run on the integration's task_runner (default: its `partitions`, 1).
+    """
+    return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
+                   state_url, allow_deletes=allow_deletes, partitions=partitions)
+
+
+@task(name="sync-integration", retries=0, cache_policy=NO_CACHE,
+      task_run_name="{integration}")
+def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetime | None,
+              dry_run: bool, resend_events: bool, state_url: str | None,
+              budgets: RateBudgets) -> dict[str, Any]:
+    return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
+                   budgets)
+
+
+@flow(name="engage-sync-folder", log_prints=True, flow_run_name=_run_name)
+def sync_folder(
+    folder: str = "config",
+    mode: Mode = "incremental",
+    start: datetime | None = None,
+    end: datetime | None = None,
+    dry_run: bool = False,
+    resend_events: bool = False,
+    state_url: str | None = None,
+) -> dict[str, Any]:
+    """Sync every integration file of a folder: identify, merges, alias renames, subscriptions,
+    attributes, events, purchases, then deletes; all share one set of rate budgets.
+
+    Args:
+        folder: Folder of integration files (files starting with '_' are skipped).
+        mode: incremental, backfill (with start / end) or full_resync, for every integration.
+        start: Backfill only: first UPDATED_AT included.
+        end: Backfill only: first UPDATED_AT excluded.
+        dry_run: Read, validate and batch; send and record nothing.
+        resend_events: Backfill only: send again events the incremental sync delivered.
+        state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
+    """
+    budgets = RateBudgets()
+    results: dict[str, Any] = {}
+    failures = []
+    for path in run_order(integration_files(folder)):
+        try:
+            results[path.stem] = sync_task(str(path), mode, start, end, dry_run, resend_events,
+                                           state_url, budgets)
+        except Exception as exc:
+            failures.append(f"{path.stem}: {exc}")
+    if failures:
+        raise SyncAlert("; ".join(failures))
+    return results
+
+
+def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetime | None = None,
+                        end: datetime | None = None, dry_run: bool = False,
+                        resend_events: bool = False, allow_deletes: int | None = None,
+                        state_url: str | None = None, use_prefect: bool = True,
+                        partitions: int | None = None) -> Any:
+    """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
+    if use_prefect:
+        return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
+                                resend_events=resend_events, allow_deletes=allow_deletes,
+                                state_url=state_url, partitions=partitions)
+    return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
+                                        allow_deletes, partitions), state_url)

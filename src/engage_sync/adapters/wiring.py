@@ -1,0 +1,285 @@
+"""Wiring: a run's dependencies built from an integration file and settings, then the run.
+
+The seam between the CLI / Prefect flows and the pure pipeline: engines, HTTP clients and the
+state store are made here, once per call, and closed after.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from pydantic import SecretStr
+
+from engage_sync.config import secrets
+from engage_sync.config.integration import Integration, load_integration
+from engage_sync.deliver.proxies import proxy_for
+from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.deliver.shared_budget import budgets_for
+from engage_sync.errors import ConfigError
+from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
+from engage_sync.read import duckdb_turns, key_digest
+from engage_sync.run.loop import Deps, DryRun, PartitionOf, RunOptions, dry_run, run_sync
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import alert_reason
+
+log = logging.getLogger("engage_sync.adapters.wiring")
+
+DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
+DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL
+
+
+def state_url(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("ENGAGE_SYNC_STATE_URL") or DEFAULT_STATE_URL
+
+
+def open_state(url: str | None = None) -> StateStore:
+    url = state_url(url)
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # relative or absolute
+    return StateStore.from_url(url)
+
+
+def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.Engine:
+    """The warehouse's engine; `read_only` opens a DuckDB file read-only, so that several
+    processes (the workers of a partitioned run) may read it at once."""
+    url = secrets.expand(integration.warehouse.url, integration=integration.name,
+                         key="warehouse.url")
+    try:
+        duckdb = url.startswith("duckdb:")
+        engine = sa.create_engine(url, **(
+            {"connect_args": {"read_only": True}} if read_only and duckdb else {}))
+        if duckdb:
+            duckdb_turns.take_turns(engine)
+        if duckdb and "memory_limit" not in url:
+            # DuckDB sorts the whole window before the first batch; a memory limit makes it
+            # spill to disk instead, which keeps the sync's memory flat with the row count.
+            # SET (not connect-time config) so other connections to the file stay compatible.
+            sa.event.listen(engine, "connect", _limit_duckdb_memory)
+        if engine.dialect.name == "sqlite":  # digests of payload key columns (key_digest)
+            sa.event.listen(engine, "connect", key_digest.sqlite_md5)
+        return engine
+    except Exception as exc:
+        raise ConfigError(
+            f"integration {integration.name}: cannot use warehouse URL "
+            f"{secrets.redact_url(url)}: {exc}", key="warehouse.url") from exc
+
+
+def with_expanded_service(integration: Integration) -> Integration:
+    """The integration with `${VAR:-default}` references of service.base_url expanded."""
+    url = secrets.expand(integration.service.base_url, integration=integration.name,
+                         key="service.base_url")
+    return integration.model_copy(
+        update={"service": integration.service.model_copy(update={"base_url": url})})
+
+
+def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+
+
+def http_transport(integration: Integration) -> httpx.BaseTransport:
+    """The keep-alive pool a run sends through (`deliver.Deliverer`): one connection per request
+    in flight, through the proxy the environment names for the service's URL, as an
+    `httpx.Client` would (`proxies.proxy_for`). A proxy httpx cannot use is a ConfigError
+    that shows it with its password hidden."""
+    s = integration.service
+    in_flight = s.max_in_flight
+    proxy = proxy_for(s.base_url, os.environ)
+    try:
+        return httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),
+            proxy=proxy)
+    except (ValueError, httpx.InvalidURL):
+        raise ConfigError(
+            f"integration {integration.name}: the proxy the environment names for "
+            f"{secrets.redact_url(s.base_url)} is not a proxy URL "
+            f"({secrets.redact_url(proxy or '')}); check HTTPS_PROXY, HTTP_PROXY and ALL_PROXY",
+            key="service.base_url") from None
+
+
+@dataclass
+class Outcome:
+    integration: str
+    record: dict[str, Any] | None = None
+    dry_run: DryRun | None = None
+    error: str | None = None
+    alert: str | None = None
+    """Why the finished run needs a person's attention (`status.alert_reason`); the record's
+    message says the same."""
+
+
+def load_or_record(path: str | Path, store: StateStore) -> Integration:
+    """Load an integration file; a bad one is recorded as a `config_error` run and re-raised."""
+    try:
+        return load_integration(path)
+    except ConfigError as exc:
+        name = Path(path).stem
+        run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
+                                message=str(exc))
+        store.finish_run(run_id, "config_error", message=str(exc))
+        raise
+
+
+Runner = Callable[[Integration, RateBudgets], Execute]
+"""Given the integration and the process's budgets: how its partitions are executed."""
+
+
+def sync_file(
+    path: str | Path,
+    *,
+    options: RunOptions | None = None,
+    store: StateStore | None = None,
+    budgets: RateBudgets | None = None,
+    on_progress: Callable[[dict[str, int]], None] | None = None,
+    clock: Callable[[], datetime] | None = None,
+    runner: Runner | None = None,
+) -> Outcome:
+    """Run one integration file end to end, partitioned when it asks for partitions (then
+    `runner` executes them: threads of this process by default). Raises ConfigError /
+    SyncError after recording."""
+    options = options or RunOptions()
+    store = store or open_state()
+    integration = load_or_record(path, store)
+    try:
+        integration = with_expanded_service(integration)
+        engine = warehouse_engine(integration)
+    except ConfigError as exc:
+        _record_config_error(store, integration.name, exc)
+        raise
+    try:
+        if options.dry_run:
+            return Outcome(integration.name, dry_run=dry_run(
+                integration, engine, store, clock=clock or _utcnow, options=options))
+        try:
+            key = secrets.api_key(integration.name, integration.service.api_key_env)
+            run_budgets = budgets_for(integration, budgets)
+        except ConfigError as exc:
+            _record_config_error(store, integration.name, exc)
+            raise
+        count = count_for(store, integration, options)
+        if count > 1:
+            execute = (runner or threads_runner)(integration, run_budgets)
+            try:
+                result = run_partitioned(str(Path(path).resolve()), integration, options,
+                                         store, engine, count, execute, clock or _utcnow,
+                                         portable_url(store), on_progress)
+            except ConfigError as exc:  # e.g. --partitions on a kind that cannot be split
+                _record_config_error(store, integration.name, exc)
+                raise
+            return Outcome(integration.name, record=result,
+                           alert=_alert(store, result, integration.failed_rows_alert_share))
+        with http_transport(integration) as transport:
+            deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
+                        budgets=run_budgets, on_progress=on_progress,
+                        clock=clock or _utcnow)
+            result = run_sync(integration, deps, options)
+        return Outcome(integration.name, record=result,
+                       alert=_alert(store, result, integration.failed_rows_alert_share))
+    finally:
+        duckdb_turns.release(engine)
+
+
+def portable_url(store: StateStore) -> SecretStr:
+    """The store's URL for partitions in other threads or processes (a SQLite path made
+    absolute), kept secret: it may hold a password."""
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        url = url.set(database=str(Path(url.database).resolve()))
+    return SecretStr(url.render_as_string(hide_password=False))
+
+
+def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict[str, Any]:
+    """One partition of a partitioned run, in whatever process or thread runs it: the state
+    database, warehouse, API key and budget come from the job's descriptors and this process's
+    environment. `budgets`: the budgets of the coordinator's process (threads only)."""
+    store = open_state(None if job.state_url is None else job.state_url.get_secret_value())
+    try:
+        if not store.has_run(job.parent):
+            raise ConfigError(
+                f"integration {Path(job.path).stem}: partition {job.label}: the state database "
+                "this worker uses holds no run of its coordinator; give the workers the same "
+                "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
+        integration = with_expanded_service(load_integration(job.path))
+        engine = warehouse_engine(integration, read_only=job.read_only)
+        try:
+            key = secrets.api_key(integration.name, integration.service.api_key_env)
+            with http_transport(integration) as transport:
+                deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
+                            budgets=budgets_for(integration, budgets))
+                return run_sync(integration, deps, job.options(),
+                                PartitionOf(job.parent, job.index, job.count))
+        finally:
+            duckdb_turns.release(engine)
+    finally:
+        store.engine.dispose()
+
+
+def threads_runner(_: Integration, budgets: RateBudgets) -> Execute:
+    """Partitions in threads of this process, sharing its budgets (no Prefect)."""
+
+    def execute(jobs: list[PartitionJob], tick: Callable[[], None]) -> list[BaseException | None]:
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="partition") as pool:
+            futures = [pool.submit(run_partition, job, budgets) for job in jobs]
+            return wait_ticking(futures, tick)
+
+    return execute
+
+
+def wait_ticking(futures: list[Future[Any]], tick: Callable[[], None], every: float = 2.0
+                 ) -> list[BaseException | None]:
+    """Wait for every future, calling `tick` every `every` seconds and after each one ends;
+    each future's exception (None when it returned), in order."""
+    pending = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=every, return_when=FIRST_COMPLETED)
+        tick()
+    return [f.exception() for f in futures]
+
+
+def _alert(store: StateStore, record: dict[str, Any], threshold: float | None) -> str | None:
+    """Why the run needs attention, also written as the record's message if it has none."""
+    reason = alert_reason(record, threshold)
+    if reason and not record.get("message") and "run_id" in record:
+        store.set_message(record["run_id"], reason)
+        record["message"] = reason
+    return reason
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:
+    run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
+                            message=str(exc))
+    store.finish_run(run_id, "config_error", message=str(exc))
+
+
+def run_direct(path: str | Path, options: RunOptions, state_url: str | None = None
+               ) -> dict[str, Any] | None:
+    """The pipeline alone, without Prefect (`engage-sync run --no-prefect`): the status record,
+    or a dry run's summary; progress lines on the `engage_sync.progress` logger. Prefect is not
+    imported on this path (about 40 MB and a second of start-up)."""
+    from engage_sync.state import retention
+    from engage_sync.status.progress_report import ProgressReporter
+
+    store = open_state(state_url)
+    progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
+    try:
+        outcome = sync_file(path, options=options, store=store, on_progress=progress)
+        if outcome.dry_run is not None:
+            return outcome.dry_run.summary(outcome.integration)
+        progress.finish(outcome.record or {})
+        retention.prune(store)
+        return outcome.record
+    finally:
+        store.engine.dispose()

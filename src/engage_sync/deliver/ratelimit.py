@@ -1,0 +1,247 @@
+"""Rate budgets: how many requests may leave now, per endpoint group and service.
+
+A `RateBudget` grants at most `limit` requests in any span of `per_seconds` (a sliding log of
+the last `limit` grant times; a token bucket would allow up to twice the limit across a window
+edge, which a fixed-window service answers with 429). It tightens itself from the service's
+`X-RateLimit-*` headers and stops everyone until `X-RateLimit-Reset` after a 429.
+
+Times: `clock` is monotonic (intervals), `wall` is epoch seconds (the service's reset times);
+both and `sleep` are injectable so tests never sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from email.utils import parsedate_to_datetime
+
+from engage_sync.pack.request import IDENTITY, SUBSCRIPTION, SYNC_STATUS, USERS_TRACK
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+#: Defaults from service-facts.md as (requests, per_seconds); accounts differ, so configurable.
+DEFAULT_RATES: Mapping[str, tuple[int, float]] = {
+    USERS_TRACK: (3000, 3.0),
+    SUBSCRIPTION: (5000, 60.0),
+    IDENTITY: (20000, 60.0),
+    SYNC_STATUS: (100, 60.0),
+}
+
+LIMIT = "x-ratelimit-limit"
+REMAINING = "x-ratelimit-remaining"
+RESET = "x-ratelimit-reset"
+RETRY_AFTER = "retry-after"
+
+_MIN_WAIT = 1e-6  # so a float clock always moves forward past the instant it waits for
+_EPOCH_2001 = 1e9  # a reset below this is a number of seconds from now, not an epoch
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive header lookup (httpx.Headers already is; a plain dict may not be)."""
+    value = headers.get(name)
+    if value is None and not hasattr(headers, "multi_items"):
+        for key, candidate in headers.items():
+            if key.lower() == name:
+                return candidate
+    return value
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if number == number and number >= 0 else None  # drop NaN and negatives
+
+
+def parse_reset(headers: Mapping[str, str], now_epoch: float) -> float | None:
+    """`X-RateLimit-Reset` as epoch seconds, or None. A small number is read as a delay."""
+    value = _number(_header(headers, RESET))
+    if value is None:
+        return None
+    return value if value >= _EPOCH_2001 else now_epoch + value
+
+
+def parse_retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
+    """`Retry-After` (seconds or an HTTP date) as seconds to wait from now, or None."""
+    raw = _header(headers, RETRY_AFTER)
+    if raw is None:
+        return None
+    seconds = _number(raw)
+    if seconds is not None:
+        return seconds
+    try:
+        return max(0.0, parsedate_to_datetime(raw).timestamp() - now_epoch)
+    except (TypeError, ValueError):
+        return None
+
+
+class RateBudget:
+    """At most `limit` grants in any `per_seconds` span; thread-safe.
+
+    Also honours the service's own view of its current window (`observe`) and a pause after a
+    429 (`pause_until`). `limit` only ever goes down from the configured figure.
+    """
+
+    def __init__(
+        self,
+        requests: int,
+        per_seconds: float,
+        *,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+        sleep: Sleep = time.sleep,
+        max_pause: float = 300.0,
+    ) -> None:
+        if requests < 1 or per_seconds <= 0:
+            raise ValueError("a rate budget needs requests >= 1 and per_seconds > 0")
+        self._limit = requests
+        self._window = float(per_seconds)
+        self._clock, self._wall, self._sleep = clock, wall, sleep
+        self._max_pause = max_pause
+        self._lock = threading.Lock()
+        self._grants: deque[float] = deque(maxlen=requests)
+        self._paused_until = float("-inf")
+        # The service's current window, from headers: its end (on `clock`) and what is left.
+        self._server_reset: float | None = None
+        self._server_end = float("-inf")
+        self._server_left = 0
+
+    def __repr__(self) -> str:
+        return f"RateBudget({self._limit} per {self._window:g} s)"
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def per_seconds(self) -> float:
+        return self._window
+
+    def try_acquire(self) -> float:
+        """Take a slot if one is free now and return 0.0; else return the seconds to wait."""
+        with self._lock:
+            now = self._clock()
+            wait = self._paused_until - now
+            if self._server_reset is not None:
+                if now >= self._server_end:
+                    self._server_reset = None
+                elif self._server_left <= 0:
+                    wait = max(wait, self._server_end - now)
+            if len(self._grants) == self._limit:
+                wait = max(wait, self._grants[0] + self._window - now)
+            if wait > 0:
+                return max(wait, _MIN_WAIT)
+            self._grants.append(now)
+            if self._server_reset is not None:
+                self._server_left -= 1
+            return 0.0
+
+    def acquire(self) -> float:
+        """Block until a slot is free and take it; returns the seconds spent waiting."""
+        waited = 0.0
+        while (wait := self.try_acquire()) > 0:
+            self._sleep(wait)
+            waited += wait
+        return waited
+
+    def pause_until(self, reset_epoch: float) -> None:
+        """Grant nothing before `reset_epoch` (epoch seconds), e.g. after a 429."""
+        with self._lock:
+            now = self._clock()
+            delay = min(reset_epoch - self._wall(), self._max_pause)
+            self._paused_until = max(self._paused_until, now + delay)
+
+    def tighten(self, requests: int, per_seconds: float) -> None:
+        """Adopt `requests` per `per_seconds` if that rate is lower than the current one."""
+        if requests < 1 or per_seconds <= 0:
+            raise ValueError("a rate budget needs requests >= 1 and per_seconds > 0")
+        with self._lock:
+            if requests / per_seconds < self._limit / self._window:
+                self._limit, self._window = requests, float(per_seconds)
+                self._grants = deque(self._grants, maxlen=requests)
+
+    def observe(self, headers: Mapping[str, str]) -> None:
+        """Adapt to a response's `X-RateLimit-Limit/Remaining/Reset` (case-insensitive).
+
+        A lower limit than ours is adopted; `Remaining` before `Reset` caps further grants in
+        the service's current window. Malformed or missing headers are ignored.
+        """
+        limit = _number(_header(headers, LIMIT))
+        remaining = _number(_header(headers, REMAINING))
+        wall_now = self._wall()
+        reset = parse_reset(headers, wall_now)
+        with self._lock:
+            if limit is not None and limit >= 1:
+                self._set_limit(int(limit))
+            if remaining is None or reset is None or reset <= wall_now:
+                return
+            left = int(remaining)
+            if reset == self._server_reset:
+                # Answers arrive out of order: an older, larger count must not loosen the cap.
+                self._server_left = min(self._server_left, left)
+            elif self._server_reset is None or reset > self._server_reset:
+                self._server_reset = reset
+                self._server_left = left
+                self._server_end = self._clock() + min(reset - wall_now, self._max_pause)
+
+    def _set_limit(self, requests: int) -> None:
+        if requests < self._limit:
+            self._limit = requests
+            self._grants = deque(self._grants, maxlen=requests)
+
+
+class RateBudgets:
+    """The shared budgets of one run: one `RateBudget` per (service base URL, endpoint group).
+
+    Integrations of one run that hit the same group of the same service get the same instance.
+    """
+
+    def __init__(
+        self,
+        rates: Mapping[str, tuple[int, float]] = DEFAULT_RATES,
+        *,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        self._rates = dict(rates)
+        self._clock, self._wall, self._sleep = clock, wall, sleep
+        self._lock = threading.Lock()
+        self._budgets: dict[tuple[str, str], RateBudget] = {}
+
+    def budget(
+        self, base_url: str, group: str, *, requests: int | None = None,
+        per_seconds: float | None = None,
+    ) -> RateBudget:
+        """The shared budget of `group` at `base_url`, created at the group's default rate.
+
+        An explicit rate (from an integration's config) tightens the shared budget; it never
+        loosens a budget another integration made stricter. Raises KeyError for an unknown
+        group without an explicit rate.
+        """
+        key = (base_url.rstrip("/").lower(), group)
+        with self._lock:
+            found = self._budgets.get(key)
+            if found is None:
+                default = self._rates.get(group)
+                if default is None and (requests is None or per_seconds is None):
+                    raise KeyError(f"no default rate for the endpoint group {group!r}")
+                limit, window = default if default is not None else (0, 0.0)
+                found = self._new_budget(key, requests or limit, per_seconds or window)
+                self._budgets[key] = found
+        if requests is not None or per_seconds is not None:
+            found.tighten(requests or found.limit, per_seconds or found.per_seconds)
+        return found
+
+    def _new_budget(self, key: tuple[str, str], requests: int, per_seconds: float
+                    ) -> RateBudget:
+        """The budget of `key` (base URL, group): private to this process here; a subclass
+        shares it with other processes (see `rate_budget_shared`)."""
+        return RateBudget(requests, per_seconds, clock=self._clock, wall=self._wall,
+                          sleep=self._sleep)

@@ -1,0 +1,28 @@
+"""Rows that may have reached the service twice (issue 12, hole 12).
+
+Under `in_doubt: resend` a request whose answer was lost after the service may have processed
+it (500, 504, a timeout, a dropped connection) is sent again, and so is a request left in
+flight by a kill. For kinds that are not idempotent (events, purchases) each such row may now
+be doubled. The rule: every such row is named in the run's errors as kind `duplicate` (it is
+also counted as synced, failed or in doubt as its last answer says), and the record counts
+them (`rows_possibly_duplicated`). Idempotent kinds are never named: a second copy is harmless.
+"""
+
+from __future__ import annotations
+
+from engage_sync.deliver.deliverer import Delivery
+
+KIND = "duplicate"
+
+AFTER_DOUBT = ("sent again after an answer the service may have processed without "
+               "answering (5xx, timeout or dropped connection): this row may be doubled")
+AFTER_KILL = ("sent again after the run stopped while the request was in flight: this row "
+              "may be doubled")
+
+
+def resent_after_doubt(delivery: Delivery) -> bool:
+    """Whether the request was sent again after an attempt that may have been processed: some
+    doubtful attempt was not the last one (a final in-doubt outcome is the last doubtful
+    attempt, never followed by another)."""
+    last_doubtful = 1 if delivery.outcome.kind == "in_doubt" else 0
+    return delivery.doubtful_attempts - last_doubtful > 0

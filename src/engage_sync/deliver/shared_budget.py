@@ -1,0 +1,223 @@
+"""One rate budget for every process of a workspace: a token bucket in a shared store.
+
+A `SharedRateBudget` is a `RateBudget` (it still paces this process, adapts to the service's
+`X-RateLimit-*` headers and pauses after a 429) that also takes a token from a bucket every
+process shares (`TokenStore`: PostgreSQL or Redis) before each grant. Tokens are taken in
+blocks, so the store is hit once per block, not once per request.
+
+Invariant (why the bucket's rate is below the service's limit): the bucket holds at most one
+block (`capacity`), so the store grants at most `block + rate * L` tokens in any span of L
+seconds; a block is only used for `lifetime` seconds after it was asked for (unused tokens
+expire: nobody hoards). Tokens used in a window of W seconds were therefore taken in a span of
+W + lifetime seconds, so at most `block + rate * (W + lifetime)` requests leave in any window;
+`plan` picks the rate that makes this the service's limit. A process takes blocks sized to
+what it used of its last one (doubling while it uses them up), so a slow process asks for
+small blocks instead of letting large ones expire. (A limit of 1 request a window cannot keep
+this exactly; the local budget of each process still applies.)
+
+The rate and capacity come with each take, from the taker's own budget (the group's figure,
+`service.rate_limit`, or lower from the service's headers): give every integration of a
+workspace the same `rate_limit`, or the bucket refills at whichever figure took last.
+
+Losing the store raises `RateBudgetUnavailable` (never a silent fall back to a private budget);
+the request waiting for the token was not sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from engage_sync.config import secrets
+from engage_sync.config.integration import Integration
+from engage_sync.config.service import check_budget_url
+from engage_sync.deliver.ratelimit import DEFAULT_RATES, Clock, RateBudget, RateBudgets, Sleep
+from engage_sync.errors import ConfigError, RateBudgetUnavailable
+
+T = TypeVar("T")
+
+MAX_BLOCK = 50  # requests' worth of tokens per take at most: one store hit per 50 requests
+LIFETIME_SHARE = 0.02  # a block is usable for this share of the window (60 ms of 3 s): far
+# longer than a take on a store nearby (0.1-0.2 ms), short because the refill rate pays for it:
+# 96.4 % of the service's 3,000 per 3 s (5 %, the first figure, gave 93.7 %, under the 90 %
+# target once a run's start is counted). The lifetime counts from before the take, so a store
+# tens of ms away wastes tokens: keep it in the workers' network (README)
+STORE_ATTEMPTS = 3  # a store call is tried this often (a blip) before the run stops
+
+
+class TokenStore(Protocol):
+    """A token bucket per key, shared by every process that uses the same store."""
+
+    backend: str
+    url: str  # redacted
+
+    def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
+        """Refill the bucket by elapsed time (at most `capacity`), then take up to `n` of its
+        whole tokens. Returns (tokens granted: 1 to n, or 0; seconds until one is there).
+        (Partial grants: waiting for a whole block let the bucket sit full, its refill lost.)"""
+        ...
+
+    def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
+        """Empty the bucket so that no token is granted for `seconds` (after a 429)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """How a budget of `limit` requests per `per_seconds` is taken from a shared bucket."""
+
+    block: int  # tokens per take at most, also the bucket's capacity
+    rate: float  # tokens per second the bucket refills
+    lifetime: float  # seconds a taken block stays usable
+
+
+def plan(limit: int, per_seconds: float, block: int | None = None) -> BlockPlan:
+    """The block, refill rate and block lifetime that keep every participant together within
+    `limit` per `per_seconds` (see the module's invariant). `block` defaults to a tenth of the
+    limit, at most MAX_BLOCK, and is lowered below the limit."""
+    wanted = block if block is not None else min(MAX_BLOCK, limit // 10)
+    size = max(1, min(wanted, limit - 1))
+    lifetime = per_seconds * LIFETIME_SHARE
+    return BlockPlan(size, max(limit - size, 1) / (per_seconds + lifetime), lifetime)
+
+
+def guarded(store: TokenStore, errors: tuple[type[BaseException], ...], call: Callable[[], T],
+            sleep: Sleep = time.sleep) -> T:
+    """`call()`, tried STORE_ATTEMPTS times on `errors`; then RateBudgetUnavailable naming
+    the backend and the redacted URL. The error's text never holds a password."""
+    for attempt in range(1, STORE_ATTEMPTS + 1):
+        try:
+            return call()
+        except errors as exc:
+            if attempt == STORE_ATTEMPTS:
+                raise RateBudgetUnavailable(
+                    f"the shared rate budget ({store.backend} at {store.url}) is unreachable "
+                    f"({type(exc).__name__} after {attempt} attempts): the run stopped before "
+                    "sending more; nothing was lost, run it again to resume") from exc
+            sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
+
+
+class SharedRateBudget(RateBudget):
+    """A `RateBudget` whose every grant also takes a token of the shared bucket `key`."""
+
+    def __init__(self, store: TokenStore, key: str, requests: int, per_seconds: float, *,
+                 block: int | None = None, clock: Clock = time.monotonic,
+                 wall: Clock = time.time, sleep: Sleep = time.sleep) -> None:
+        super().__init__(requests, per_seconds, clock=clock, wall=wall, sleep=sleep)
+        self._store, self._key, self._block = store, key, block
+        self._take_lock = threading.Lock()
+        self._left = 0  # tokens of the current block not used yet
+        self._got = 0  # tokens the current block was granted
+        self._size = max(1, self.plan.block // 2)  # tokens the next take asks for
+        self._expires = float("-inf")  # when they stop being usable (on `clock`)
+
+    def __repr__(self) -> str:
+        return f"SharedRateBudget({self.limit} per {self.per_seconds:g} s, {self._store.backend})"
+
+    @property
+    def plan(self) -> BlockPlan:
+        return plan(self.limit, self.per_seconds, self._block)
+
+    def acquire(self) -> float:
+        """This process's slot first (pacing, headers, 429 pause), then a shared token, used
+        at once so it cannot outlive its block. Raises RateBudgetUnavailable."""
+        return super().acquire() + self._take_token()
+
+    def _take_token(self) -> float:
+        with self._take_lock:
+            if self._left > 0 and self._clock() < self._expires:
+                self._left -= 1
+                return 0.0
+            block = self.plan
+            # the last block used up in time: ask for twice as many; expired: for what was used
+            self._size = (min(self._size * 2, block.block) if self._left <= 0
+                          else max(1, min(self._got - self._left, block.block)))
+            self._left, waited = 0, 0.0
+            # an empty bucket: wait until a quarter block is there, not one token, or a budget
+            # that is the run's wall would cost a store call per request
+            want = min(self._size, max(1, block.block // 4))
+            while True:
+                asked = self._clock()  # the block's life counts from before it was granted
+                granted, wait = self._store.take(self._key, self._size, block.rate,
+                                                 block.block)
+                if granted:
+                    self._got, self._left = granted, granted - 1
+                    self._expires = asked + block.lifetime
+                    return waited
+                wait = max(wait + (want - 1) / block.rate, 1e-3)
+                self._sleep(wait)
+                waited += wait
+
+    def pause_until(self, reset_epoch: float) -> None:
+        """Pause this process and drain the shared bucket, so every participant waits."""
+        super().pause_until(reset_epoch)
+        seconds = min(reset_epoch - self._wall(), self._max_pause)
+        if seconds > 0:
+            self._left = 0
+            block = self.plan
+            self._store.drain(self._key, block.rate, block.block, seconds)
+
+
+class SharedRateBudgets(RateBudgets):
+    """`RateBudgets` whose budgets are `SharedRateBudget`s of one store, keyed by
+    (service base URL, endpoint group) like the private ones."""
+
+    def __init__(self, store: TokenStore, *, block: int | None = None,
+                 clock: Clock = time.monotonic, wall: Clock = time.time,
+                 sleep: Sleep = time.sleep) -> None:
+        super().__init__(DEFAULT_RATES, clock=clock, wall=wall, sleep=sleep)
+        self.store = store
+        self._block = block
+
+    def __repr__(self) -> str:
+        return f"SharedRateBudgets({self.store.backend} at {self.store.url})"
+
+    def _new_budget(self, key: tuple[str, str], requests: int, per_seconds: float
+                    ) -> RateBudget:
+        return SharedRateBudget(self.store, "|".join(key), requests, per_seconds,
+                                block=self._block, clock=self._clock, wall=self._wall,
+                                sleep=self._sleep)
+
+
+_STORES: dict[tuple[str, str], TokenStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def budgets_for(integration: Integration, given: RateBudgets | None = None) -> RateBudgets:
+    """The rate budgets a run of `integration` uses (`service.rate_budget`).
+
+    `local`: `given` (shared by the integrations of one flow run) or new private ones, exactly
+    as before. `postgres` / `redis`: budgets on the store at the expanded URL; one store
+    client per URL and process, so runs of a serving process reuse its connections. Raises
+    ConfigError naming the integration and key for a bad URL."""
+    cfg = integration.service.rate_budget
+    if cfg.backend == "local":
+        return given if given is not None else RateBudgets()
+    key = "service.rate_budget.url"
+    url = secrets.expand(cfg.url or "", integration=integration.name, key=key)
+    try:
+        check_budget_url(cfg.backend, url)
+    except ValueError as exc:
+        raise ConfigError(f"integration {integration.name}: {exc}", key=key) from None
+    with _STORES_LOCK:
+        store = _STORES.get((cfg.backend, url))
+        if store is None:
+            store = _STORES[(cfg.backend, url)] = _open_store(cfg.backend, url)
+    if isinstance(given, SharedRateBudgets) and given.store is store:
+        return given
+    return SharedRateBudgets(store, block=cfg.block)
+
+
+def _open_store(backend: str, url: str) -> TokenStore:
+    """The store client (connections are opened lazily, at the first take)."""
+    if backend == "postgres":
+        from engage_sync.deliver.store_postgres import PostgresTokenStore
+
+        return PostgresTokenStore(url)
+    from engage_sync.deliver.store_redis import RedisTokenStore
+
+    return RedisTokenStore(url)

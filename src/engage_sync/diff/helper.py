@@ -1,0 +1,260 @@
+"""A first diffed run's field record, digested and kept by a helper process.
+
+A run that opens on an empty record (`diffing.Differ.blank`) sends every object whole, so its
+diff does not change what is sent: it only computes every attribute's digest and records it
+once the service acknowledged the object. That work (≈ 8 µs a user of 10 attributes: the
+digests, then the log and its sort at the fold) would nearly double the CPU of the thread that
+reads and packs. A helper process does it on another core: after each settle the run hands it
+the objects the service acknowledged, in settle order; the helper digests them and keeps each
+user's latest record in a private SQLite file keyed by user (so nothing is left to sort); at
+the run's end, after the run folded its own log, the helper writes its records over the
+integration's record in one transaction.
+
+Invariants:
+- started only by an unpartitioned run on an empty record whose state database another
+  process can open (a file or a server, `shareable_url`), after `after` items;
+- it is handed only objects whose acknowledgement is settled, in settle order, so its record
+  of a user is the one the service holds after this run (a later object of a user replaces an
+  earlier one: it was acknowledged later);
+- it writes to the state database once, after `finish` (so after the run's last settle and
+  its own fold, whose deltas are all older); a run that ends any other way (killed, failed)
+  records nothing of what the helper kept: a helper whose input ends without `finish` deletes
+  its file and exits, and those users are sent whole the next time they are read;
+- the state URL reaches the helper on its standard input, never on its command line, and its
+  password never appears in an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import queue
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO, Any
+
+import orjson
+from sqlalchemy.engine import Engine, make_url
+
+from engage_sync.errors import ConfigError, SyncError
+
+AFTER = 20_000
+"""Items a first diffed run digests itself before it starts the helper (a process costs about
+half a second of start-up on another core, which a small run would wait for at its end)."""
+ENV = "ENGAGE_SYNC_FIELD_HELPER_AFTER"
+QUEUED = 64  # settles' worth of objects waiting for the pipe before `hand` blocks
+CACHE_KIB = 131_072  # the helper's SQLite page cache (1M users' records are ≈ 140 MB)
+TABLE = "records"
+NICE = 19  # the helper yields a busy core to the run (the run's end waits for what it left)
+FINISH = "finish"
+_LEN = 4
+_JOINED = b"\x00"  # a joined frame's first byte (a pickle's is 0x80)
+
+
+def helper_after(environ: Mapping[str, str]) -> int | None:
+    """Items before a first diffed run starts its helper, from ENGAGE_SYNC_FIELD_HELPER_AFTER
+    (default `AFTER`; `off`: never, the run digests everything itself)."""
+    text = environ.get(ENV, "").strip().lower()
+    if not text:
+        return AFTER
+    if text == "off":
+        return None
+    if text.isdigit():
+        return int(text)
+    raise ConfigError("must be a whole number of items or `off`", key=ENV)
+
+
+def shareable_url(engine: Engine) -> str | None:
+    """The state database's URL if another process can open the same database (not an
+    in-memory SQLite database), else None."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        return None
+    return url.render_as_string(hide_password=False)
+
+
+class FieldHelper:
+    """The run's side: a helper process, fed through its standard input by a writer thread
+    (so a settle waits for the helper only when `QUEUED` settles are waiting)."""
+
+    def __init__(self, integration: str, state_url: str) -> None:
+        self.integration = integration
+        self._secret = make_url(state_url).password
+        self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `stop`
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "engage_sync.diff.helper"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=self._err, close_fds=True)
+        self._queue: queue.Queue[Any] = queue.Queue(QUEUED)
+        self._broken: BaseException | None = None
+        self._writer = threading.Thread(target=self._write, name=f"field-helper-{integration}",
+                                        daemon=True)
+        self._put({"url": state_url, "integration": integration})
+        self._writer.start()
+
+    def hand(self, users: list[str], blobs: list[bytes]) -> None:
+        """Objects whose acknowledgement was just settled (each user reference and its JSON
+        object), in settle order. Raises SyncError if the helper stopped."""
+        if users:
+            self._enqueue(frame(users, blobs))
+
+    def finish(self) -> None:
+        """After the run's last settle and its fold: the helper writes its records and exits.
+        Raises SyncError if it failed (then nothing of its records was written)."""
+        self._enqueue(FINISH)
+        self._enqueue(None)
+        self._writer.join()
+        if self._proc.wait() != 0 or self._broken is not None:
+            self._fail()
+        self._err.close()
+
+    def stop(self) -> None:
+        """The run ended another way: the helper records nothing. The writer thread ends
+        too, closing the pipe."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        # a full queue: the writer is failing on the closed pipe and ends by itself
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        if not self._err.closed:
+            self._err.close()
+
+    def _put(self, obj: Any) -> None:
+        assert self._proc.stdin is not None
+        data = obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=5)
+        self._proc.stdin.write(len(data).to_bytes(_LEN, "little") + data)
+        self._proc.stdin.flush()
+
+    def _write(self) -> None:
+        try:
+            while (obj := self._queue.get()) is not None:
+                self._put(obj)
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+        except BaseException as exc:  # reported by `hand` and `finish`
+            self._broken = exc
+
+    def _enqueue(self, obj: Any) -> None:
+        """Queue for the writer; while the queue is full, check that the helper still runs."""
+        while True:
+            if self._broken is not None or (obj is not None and self._proc.poll() is not None):
+                self._fail()
+            try:
+                self._queue.put(obj, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _fail(self) -> None:
+        code = self._proc.poll()
+        tail = ""
+        if not self._err.closed:
+            self._err.seek(0)
+            tail = self._err.read()[-2000:].decode("utf-8", "replace").strip()
+            if self._secret:
+                tail = tail.replace(str(self._secret), "***")
+        self.stop()
+        raise SyncError(f"integration {self.integration}: the process that records the "
+                        f"fields the service acknowledged failed (exit status {code}: "
+                        f"{tail or 'no message'}); the next run sends this run's users whole")
+
+
+def frame(users: list[str], blobs: list[bytes]) -> bytes:
+    """Users and their JSON objects as one frame: the users joined by newlines (their length
+    first), then the objects as one JSON array; pickled instead if a user reference holds a
+    newline. A third of the cost of pickling them, on the run's busiest thread, and the
+    helper parses the objects in one call."""
+    names = "\n".join(users)
+    if names.count("\n") != len(users) - 1:
+        return pickle.dumps((users, [orjson.loads(b) for b in blobs]), protocol=5)
+    head = names.encode("utf-8")
+    return b"".join((_JOINED, len(head).to_bytes(_LEN, "little"), head, b"[",
+                     b",".join(blobs), b"]"))
+
+
+def _unframe(data: bytes) -> Any:
+    """A frame → (users, objects parsed)."""
+    if not data.startswith(_JOINED):
+        return pickle.loads(data)
+    size = int.from_bytes(data[1:1 + _LEN], "little")
+    start = 1 + _LEN
+    users = data[start:start + size].decode("utf-8").split("\n")
+    return users, orjson.loads(data[start + size:])
+
+
+# the helper process -------------------------------------------------------------------------
+def _frames(stream: IO[bytes]) -> Iterator[Any]:
+    """The frames on `stream` until its end; a frame cut short (the run was killed while
+    writing it) ends them too."""
+    while len(head := stream.read(_LEN)) == _LEN:
+        size = int.from_bytes(head, "little")
+        data = stream.read(size)
+        if len(data) < size:
+            return
+        yield _unframe(data)
+
+
+def records(users: Sequence[str], objs: Sequence[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
+    """Users and the objects sent whole to them → (user key, encoded record) pairs."""
+    from engage_sync.diff.field_diff import user_key, whole_encoded_object
+
+    return [(user_key(user), whole_encoded_object(user, obj))
+            for user, obj in zip(users, objs, strict=True)]
+
+
+def _keep(path: str) -> sqlite3.Connection:
+    """The helper's private file: no journal and no syncs (it is thrown away on any failure),
+    a bounded cache, one row per user in key order."""
+    db = sqlite3.connect(path, isolation_level=None)
+    for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{CACHE_KIB}"):
+        db.execute(f"PRAGMA {pragma}")
+    db.execute(f"CREATE TABLE {TABLE} (user_key BLOB PRIMARY KEY, digests BLOB NOT NULL) "
+               "WITHOUT ROWID")
+    return db
+
+
+def main() -> int:
+    """The helper's whole life; an error is one line on standard error, for the run."""
+    try:
+        return _serve()
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        return 1
+
+
+def _serve() -> int:
+    from engage_sync.state.store import StateStore
+
+    os.nice(NICE)
+    frames = _frames(sys.stdin.buffer)
+    header = next(frames)
+    state = StateStore.from_url(header["url"])  # opened now: a bad URL fails the run early
+    fd, path = tempfile.mkstemp(prefix="engage-fields-", suffix=".db")
+    os.close(fd)
+    try:
+        db = _keep(path)
+        db.execute("BEGIN")  # one transaction: pages stay in the cache, written once
+        try:
+            for frame in frames:
+                if frame == FINISH:
+                    db.execute("COMMIT")
+                    db.close()
+                    state.store_field_file(header["integration"], path, TABLE)
+                    return 0
+                db.executemany(f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?)",
+                               records(*frame))
+        finally:
+            db.close()
+        return 0  # the input ended without `finish`: the run stopped, nothing is recorded
+    finally:
+        os.unlink(path)
+        state.engine.dispose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""Read the rows of a window from the warehouse as Arrow record batches.
+
+Invariants:
+- rows come in (cursor column, key columns) order, strictly after the window's start cursor and
+  at or before its signpost; the same window read twice yields the same rows in the same order
+  (as long as the source does not change under it);
+- SQL is built with SQLAlchemy Core and quoted identifiers, never by string formatting; a SQL
+  `query` from the config is wrapped as a subquery;
+- column names in the batches are spelled as in the config, whatever the case in the source
+  (PostgreSQL folds unquoted names to lower case, Snowflake to upper case);
+- memory is bounded by `batch_rows`: DuckDB streams Arrow natively, PostgreSQL through ADBC
+  (`extract_adbc`) when installed, other dialects use a server-side cursor (`stream_results`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from engage_sync.cursor.nulls import NULL_KEY
+from engage_sync.cursor.progress import Cursor
+from engage_sync.cursor.window import Window, align
+from engage_sync.errors import SourceError
+from engage_sync.read import adbc as extract_adbc
+from engage_sync.read import key_digest
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """What to read: a table (optionally with schema) or a SQL query, and which columns."""
+
+    integration: str
+    table: str | None
+    schema: str | None
+    query: str | None
+    cursor_column: str
+    key_columns: tuple[str, ...]
+    columns: tuple[str, ...]
+    reader: str = "auto"
+    null_cursor_oldest: bool = False
+    """Rows with a NULL cursor value are read as if at OLDEST (`null_cursor: oldest`)."""
+    digested: frozenset[str] = frozenset()
+    """Key columns that hold payload: ordered by their digest (`key_digest`)."""
+    partition_column: str | None = None
+    """The column whose hash decides a row's partition (the user's key), if the kind can be
+    partitioned."""
+
+    @property
+    def position_columns(self) -> list[str]:
+        """The batch columns of a row's position: the cursor column, then each key column
+        (or its digest column)."""
+        return [self.cursor_column,
+                *(key_digest.label(k) if k in self.digested else k for k in self.key_columns)]
+
+    @property
+    def names(self) -> list[str]:
+        """Every column of a batch, in order: the configured columns, then the digests."""
+        return [*self.columns, *(key_digest.label(k) for k in self.key_columns
+                                 if k in self.digested)]
+
+
+OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
+"""The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
+
+
+def _source(spec: SourceSpec) -> sa.FromClause:
+    if spec.query is not None:
+        return sa.text(spec.query).columns().subquery("engage_src")
+    assert spec.table is not None
+    return sa.table(spec.table, schema=spec.schema)
+
+
+def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
+    """Config column name → the source's own spelling. Raises SourceError naming what is missing."""
+    try:
+        probe: sa.Select[Any] = (
+            sa.select(sa.literal_column("*")).select_from(_source(spec)).limit(0)
+        )
+        actual = list(conn.execute(probe).keys())
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: cannot read the source "
+            f"({_what(spec)}): {_first_line(exc)}; check source.table / source.query / "
+            f"source.schema in the integration file, or create the table"
+        ) from exc
+    exact = {a: a for a in actual}
+    folded: dict[str, list[str]] = {}
+    for a in actual:
+        folded.setdefault(a.lower(), []).append(a)
+    resolved: dict[str, str] = {}
+    for name in spec.columns:
+        if name in exact:
+            resolved[name] = name
+        elif len(folded.get(name.lower(), [])) == 1:
+            resolved[name] = folded[name.lower()][0]
+        else:
+            raise SourceError(
+                f"integration {spec.integration}: column '{name}' is not in {_what(spec)} "
+                f"(columns there: {', '.join(actual) or 'none'}); fix the config or the source"
+            )
+    return resolved
+
+
+_PG_TEXT_TYPES = {19, 25, 1042, 1043}  # name, text, char(n), varchar: OIDs of PostgreSQL
+
+
+def binary_ordered(conn: Connection, spec: SourceSpec, resolved: dict[str, str]) -> frozenset[str]:
+    """Order columns of text type on PostgreSQL, to be ordered by their bytes (COLLATE "C").
+
+    engage-sync compares cursors in Python (resume, lookback, backfill ranges), where text
+    sorts by code point; a column collated by language rules (en_US, ICU) sorts 'a, B, c' in
+    SQL but 'B, a, c' in Python, and a resume would skip or repeat rows. Byte order of UTF-8
+    is code-point order, so "C" makes both agree. Other dialects used here compare text
+    binarily by default."""
+    if conn.dialect.name != "postgresql":
+        return frozenset()
+    order = [spec.cursor_column, *spec.key_columns]
+    columns: list[sa.ColumnElement[Any]] = [sa.column(resolved[c]).label(c) for c in order]
+    probe: sa.Select[Any] = sa.select(*columns).select_from(_source(spec)).limit(0)
+    description = conn.execute(probe).cursor.description or ()
+    return frozenset(str(d[0]) for d in description if d[1] in _PG_TEXT_TYPES)
+
+
+def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
+                binary: frozenset[str] = frozenset()) -> sa.Select[Any]:
+    """The ordered, windowed SELECT. The compound-cursor predicate is spelled out with OR/AND
+    (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
+    src = _source(spec)
+
+    def col(name: str) -> sa.ColumnElement[Any]:
+        if name == spec.cursor_column and spec.null_cursor_oldest:
+            oldest = align(OLDEST, window.signpost) if window.signpost is not None else OLDEST
+            return sa.func.coalesce(sa.column(resolved[name]), oldest)
+        return sa.column(resolved[name])
+
+    def position(name: str) -> sa.ColumnElement[Any]:
+        return key_digest.key_md5(col(name)) if name in spec.digested else col(name)
+
+    def ordered(name: str) -> sa.ColumnElement[Any]:
+        return position(name).collate("C") if name in binary else position(name)
+
+    order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
+    digests = [position(k).label(key_digest.label(k)) for k in spec.key_columns
+               if k in spec.digested]
+    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests).select_from(src)
+    # NULL keys sort first, as NULL_KEY does in Python (nulls.py)
+    sort = [order[0], *(o.nulls_first() for o in order[1:])]
+    if window.start is not None:
+        query = query.where(_after(order, window.start))
+    if window.signpost is not None:
+        query = query.where(order[0] <= window.signpost)
+    if window.floor is not None:
+        query = query.where(order[0] >= window.floor)
+    if window.before is not None:
+        query = query.where(order[0] < window.before)
+    if window.partition is not None:
+        query = query.where(_in_partition(spec, col, window.partition))
+    return query.order_by(*sort)
+
+
+def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
+                  ) -> sa.ColumnElement[bool]:
+    """The rows of partition `index` of `count`: computed by the warehouse, so each partition
+    reads only its own rows."""
+    index, count = partition
+    if spec.partition_column is None:
+        raise ValueError(f"integration {spec.integration}: this kind cannot be partitioned")
+    bucket = key_digest.key_bucket(col(spec.partition_column), sa.literal(count, sa.Integer))
+    return bucket == index
+
+
+def _gt(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
+    """column > value, where NULL (NULL_KEY, or None in a cursor stored by an older version)
+    sorts before every value."""
+    if value is NULL_KEY or value is None:
+        return column.is_not(None)
+    return column > value
+
+
+def _eq(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
+    return column.is_(None) if value is NULL_KEY or value is None else column == value
+
+
+def _after(order: Sequence[sa.ColumnElement[Any]], start: Cursor) -> sa.ColumnElement[bool]:
+    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...)), NULL keys
+    first (`nulls`)."""
+    if len(order) != len(start):
+        raise ValueError("cursor and order columns differ in length")
+    clause: sa.ColumnElement[bool] = _gt(order[-1], start[-1])
+    for column, value in zip(reversed(order[:-1]), reversed(start[:-1]), strict=True):
+        clause = sa.or_(_gt(column, value), sa.and_(_eq(column, value), clause))
+    return clause
+
+
+def stream_batches(
+    engine: Engine, spec: SourceSpec, window: Window, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """Yield the window's rows as record batches of at most `batch_rows` rows."""
+    try:
+        with connected(engine, spec) as conn:
+            resolved = resolve_columns(conn, spec)
+            query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
+            if engine.dialect.name == "duckdb":
+                yield from _duckdb_batches(conn, query, batch_rows)
+            elif _arrow_native(engine, spec):
+                yield from _adbc_batches(engine, spec, query, batch_rows)
+            else:
+                yield from _generic_batches(conn, query, spec.names, batch_rows)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+        ) from exc
+
+
+def _arrow_native(engine: Engine, spec: SourceSpec) -> bool:
+    """PostgreSQL is read through ADBC when the driver is installed, unless the integration
+    asks for the row reader (`warehouse.reader: sqlalchemy`)."""
+    return (engine.dialect.name == "postgresql" and spec.reader != "sqlalchemy"
+            and extract_adbc.available())
+
+
+def _adbc_batches(engine: Engine, spec: SourceSpec, query: sa.Select[Any], batch_rows: int
+                  ) -> Iterator[pa.RecordBatch]:
+    from adbc_driver_manager import Error as AdbcError
+
+    try:
+        yield from extract_adbc.batches(engine.url, query, batch_rows)
+    except (AdbcError, OSError, pa.ArrowException) as exc:  # errors mid-stream come as Arrow's
+        raise SourceError(
+            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+        ) from exc
+
+
+def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
+    """How many rows the window holds (the delete cap counts before anything is sent)."""
+    try:
+        with connected(engine, spec) as conn:
+            resolved = resolve_columns(conn, spec)
+            inner = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved)
+                                ).order_by(None).subquery("w")
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(inner)) or 0)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
+            f"{_first_line(exc)}"
+        ) from exc
+
+
+def count_null_cursors(engine: Engine, spec: SourceSpec) -> int:
+    """How many rows of the source have a NULL cursor value (never in any window)."""
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+            cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
+            query: sa.Select[Any] = (sa.select(sa.func.count()).select_from(_source(spec))
+                                     .where(cursor.is_(None)))
+            return int(conn.scalar(query) or 0)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
+            f"{_first_line(exc)}"
+        ) from exc
+
+
+def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
+    """One value of the cursor column (or None for an empty source), to learn its Python type:
+    aware datetime, naive datetime (taken as UTC) or text (SQLite)."""
+    try:
+        with connected(engine, spec) as conn:
+            resolved = resolve_columns(conn, spec)
+            cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
+            query: sa.Select[Any] = (
+                sa.select(cursor).select_from(_source(spec)).where(cursor.is_not(None)).limit(1))
+            return conn.scalar(query)
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+        ) from exc
+
+
+def _duckdb_batches(
+    conn: Connection, query: sa.Select[Any], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    compiled = query.compile(dialect=conn.dialect)
+    params = [compiled.params[name] for name in (compiled.positiontup or [])]
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    reader = raw.sql(str(compiled), params=params).to_arrow_reader(batch_rows)
+    for batch in reader:
+        if batch.num_rows:
+            yield batch
+
+
+def _generic_batches(
+    conn: Connection, query: sa.Select[Any], names: Sequence[str], batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    result = conn.execution_options(stream_results=True, yield_per=batch_rows).execute(query)
+    for rows in result.partitions(batch_rows):
+        if rows:
+            yield rows_to_batch(rows, names)
+
+
+def rows_to_batch(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> pa.RecordBatch:
+    """Driver rows → one Arrow batch, a column per name."""
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays([to_array(values) for values in columns],
+                                      names=list(names))
+
+
+def to_array(values: Sequence[Any]) -> pa.Array:
+    """One column of driver values as an Arrow array.
+
+    Objects (a JSON, VARIANT, STRUCT or SUPER column that the driver parsed into dicts or
+    lists) become JSON text, one document per row: an Arrow struct would give every row the
+    union of all rows' keys, the missing ones as nulls, and a null attribute unsets it at the
+    service. Mixed types that Arrow refuses become text too."""
+    sample = next((v for v in values if v is not None), None)
+    if isinstance(sample, Mapping | list) or hasattr(sample, "asDict"):
+        return pa.array([None if v is None else _json_text(v) for v in values], pa.string())
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([None if v is None else _json_text(v) if isinstance(v, Mapping | list)
+                         else str(v) for v in values], type=pa.string())
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value, default=_json_default).decode()
+
+
+def _json_default(value: Any) -> Any:
+    """What orjson does not write itself: decimals (as numbers), a driver's row objects."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if hasattr(value, "asDict"):
+        return value.asDict()
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
+
+
+@contextmanager
+def connected(engine: Engine, spec: SourceSpec) -> Iterator[Connection]:
+    """A connection to the warehouse; a failure to connect is a SourceError saying so (the URL
+    is never in the message: it may hold a password)."""
+    try:
+        conn = engine.connect()
+    except sa.exc.SQLAlchemyError as exc:
+        raise SourceError(
+            f"integration {spec.integration}: cannot connect to the warehouse: "
+            f"{_first_line(exc)}; check warehouse.url in the integration file and that the "
+            f"warehouse is up") from exc
+    with conn:
+        yield conn
+
+
+def _what(spec: SourceSpec) -> str:
+    if spec.query is not None:
+        return "the configured query"
+    return f"table {spec.schema + '.' if spec.schema else ''}{spec.table}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

@@ -1,0 +1,186 @@
+"""Read and transform a window: Arrow batches from the warehouse, each row turned by its kind
+into an item or a reject, and rows that need no sending dropped.
+
+Invariants:
+- batches come in source order, and each row of a batch has exactly one outcome: an `Item`, a
+  (key, reason) reject, or None for a row dropped because it needs no sending (lookback: the
+  same content was acknowledged before; backfill of events: an incremental run sent it or will);
+- the rejects of a batch are handed to `on_rejects` (to be made durable) before the batch is
+  yielded, so the cursor can never pass a reject that is not recorded;
+- with a `Differ` (field-level diff), the items left after the drops are reduced to what
+  changed, and rows with nothing changed become UNCHANGED (passed: nothing to send, but the
+  cursor moves over them), before the batch is yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy.engine import Engine
+
+from engage_sync.config.integration import Integration
+from engage_sync.cursor.nulls import null_key_reasons, position_value
+from engage_sync.cursor.progress import REJECTED, Cursor, digest, stamp
+from engage_sync.cursor.ties import Ties, error_position
+from engage_sync.cursor.window import Window
+from engage_sync.diff.stage import Differ, Unchanged
+from engage_sync.items import Item
+from engage_sync.kinds import Kind
+from engage_sync.read.extract import SourceSpec, stream_batches
+from engage_sync.read.sent_rows import SentRows
+from engage_sync.state.store import StateStore
+
+Outcome = Item | tuple[str, str] | Unchanged | None
+Rejects = list[tuple[str, str, str]]  # (position, row key, reason)
+
+
+class RowBatch:
+    """One transformed Arrow batch: an outcome per row and the rows' cursors, built only when
+    asked (most rows never need theirs)."""
+
+    def __init__(self, columns: list[Any], num_rows: int) -> None:
+        self.columns = columns
+        self.outcomes: list[Outcome] = [None] * num_rows
+        self._all: list[Cursor] | None = None
+
+    def cursor(self, k: int) -> Cursor:
+        if self._all is not None:
+            return self._all[k]
+        return tuple(position_value(column[k].as_py()) for column in self.columns)
+
+    def cursors(self) -> list[Cursor]:
+        if self._all is None:
+            values = [c.to_pylist() if c.null_count == 0 else
+                      [position_value(v) for v in c.to_pylist()] for c in self.columns]
+            self._all = list(zip(*values, strict=True))
+        return self._all
+
+
+def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
+    """What to read: the cursor and key columns, then the columns the kind reads."""
+    cols = [integration.cursor_column, *integration.key_columns, *kind.columns(integration)]
+    return SourceSpec(
+        integration=integration.name,
+        table=integration.source.table,
+        schema=integration.source.schema_name,
+        query=integration.source.query,
+        cursor_column=integration.cursor_column,
+        key_columns=integration.key_columns,
+        columns=tuple(dict.fromkeys(cols)),
+        reader=integration.warehouse.reader,
+        null_cursor_oldest=integration.null_cursor == "oldest",
+        digested=integration.hidden_key_columns,
+        partition_column=kind.partition_column(integration),
+    )
+
+
+@dataclass
+class Drops:
+    """Rows a run does not send again.
+
+    lookback: the run re-reads a trailing period; every row's end is remembered (acks), and
+        rows at or below `stored` (the cursor when the run opened) whose content was
+        acknowledged before are dropped.
+    sent, top: a backfill of events drops the rows incremental runs sent (`sent_rows`), and
+        rows above their cursor `top` (the next incremental run sends those).
+    """
+
+    lookback: bool = False
+    stored: Cursor | None = None
+    sent: SentRows | None = None
+    top: Cursor | None = None
+
+
+class Reader:
+    """Reads one integration's window as `RowBatch`es in source order."""
+
+    def __init__(self, integration: Integration, kind: Kind, engine: Engine,
+                 state: StateStore, drops: Drops, differ: Differ | None = None) -> None:
+        self.i, self.kind, self.engine, self.state = integration, kind, engine, state
+        self.spec = source_spec(integration, kind)
+        self.drops = drops
+        self.differ = differ
+
+    def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
+                ) -> Iterator[RowBatch]:
+        seq, ties = 0, Ties()
+        for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
+            rows = self._transform(batch, seq)
+            if self.drops.lookback and self.drops.stored is not None:
+                self._drop_acknowledged(rows)
+            if self.drops.sent is not None:
+                self._drop_sent(rows)
+            self._record_rejects(rows, on_rejects, ties)
+            if self.differ is not None:
+                self.differ.apply(rows.outcomes)
+            yield rows
+            seq += batch.num_rows
+
+    def _transform(self, batch: pa.RecordBatch, seq: int) -> RowBatch:
+        """One outcome per row: the kind's item or reject; a row with a NULL key is rejected
+        (`nulls`) unless the kind rejected it already."""
+        result = self.kind.transform(self.i, batch, seq)
+        assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
+        rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows)
+        for item in result.items:
+            rows.outcomes[item.seq - seq] = item
+        for reject in result.rejects:
+            rows.outcomes[reject.seq - seq] = (reject.key, reject.reason)
+        for k, reason in null_key_reasons(batch, self.i.key_columns).items():
+            outcome = rows.outcomes[k]
+            if isinstance(outcome, Item):
+                rows.outcomes[k] = (outcome.key, reason)
+        return rows
+
+    def outcomes(self, window: Window) -> Iterator[Item | tuple[str, str]]:
+        """Every outcome of the window in source order, dropped and unchanged rows left out."""
+        for rows in self.batches(window):
+            yield from (o for o in rows.outcomes if o is not None and not isinstance(o, Unchanged))
+
+    def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None] | None,
+                        ties: Ties) -> None:
+        """Make the batch's rejects durable, each at its own position (`ties`)."""
+        rejects = [(k, o) for k, o in enumerate(rows.outcomes) if isinstance(o, tuple)]
+        if not rejects or on_rejects is None:
+            ties.pass_over(rows.cursor, len(rows.outcomes))
+            return
+        ordinals = ties.number(rows.cursors())
+        on_rejects([(error_position(rows.cursor(k), ordinals[k]), o[0], o[1])
+                    for k, o in rejects])
+        if self.drops.lookback:
+            self.state.record_acks(self.i.name, [
+                (o[0], stamp(rows.cursor(k)[0]), REJECTED) for k, o in rejects])
+
+    def _drop_sent(self, rows: RowBatch) -> None:
+        """Backfill of events: rows an incremental run sent, or will send, are not read."""
+        sent, top = self.drops.sent, self.drops.top
+        assert sent is not None
+        for k, c in enumerate(rows.cursors()):
+            outcome = rows.outcomes[k]
+            if outcome is None or isinstance(outcome, Unchanged):  # (the diff comes after)
+                continue
+            key = outcome.key if isinstance(outcome, Item) else outcome[0]
+            if top is None or tuple(c) > tuple(top) or sent.contains(tuple(c), key):
+                rows.outcomes[k] = None
+
+    def _drop_acknowledged(self, rows: RowBatch) -> None:
+        """Lookback: rows at or below the stored cursor whose (key, cursor value, content)
+        was acknowledged before are not read again."""
+        below = tuple(self.drops.stored or ())
+        cursors, outcomes = rows.cursors(), rows.outcomes
+        old = [k for k, c in enumerate(cursors) if tuple(c) <= below]
+        if not old:
+            return
+        keys = [o.key if isinstance(o, Item) else o[0] for o in (outcomes[k] for k in old)
+                if isinstance(o, Item | tuple)]
+        known = self.state.acked(self.i.name, keys)
+        for k in old:
+            o = outcomes[k]
+            if not isinstance(o, Item | tuple):  # dropped (the diff runs after the drops)
+                continue
+            key, mark = (o.key, digest(o.blob)) if isinstance(o, Item) else (o[0], REJECTED)
+            if (key, stamp(cursors[k][0]), mark) in known:
+                outcomes[k] = None

@@ -1,0 +1,31 @@
+"""The integrations of a folder, in the order their kinds must run (`Kind.rank`): identities
+settle before data lands on them, and deletes come last so nothing re-creates a deleted user.
+A file whose kind cannot be read runs after the data kinds, where it fails on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from engage_sync import kinds
+from engage_sync.config.integration import integration_files
+
+
+def kind_named_in(path: Path) -> str:
+    """The `kind` key of an integration file, read without validating the rest ('' if none)."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return ""
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def run_order(paths: list[Path]) -> list[Path]:
+    """Integration files by their kind's rank, then by file name."""
+    return sorted(paths, key=lambda p: (kinds.rank(kind_named_in(p)), p.name))
+
+
+def folder_in_order(folder: str | Path) -> list[Path]:
+    return run_order(integration_files(folder))

@@ -1,0 +1,294 @@
+"""The send-and-settle loop: bounded concurrency, one user at a time, journal before send.
+
+Invariants:
+- a request's journal entry is committed before the request leaves (rule 4);
+- two requests that touch the same user are never in flight at once;
+- `Progress` moves only over a prefix of settled segments, and what it passes is saved in the
+  same transaction as those segments' settlements;
+- journal writes and settlements are grouped (`GROUP` requests per transaction) only for
+  attribute runs, the high-volume kind whose objects are idempotent: after a crash, an entry
+  journaled but never sent, or acknowledged but not yet saved, is sent again at no cost but
+  billing. Every other kind is journaled and settled request by request, so after a crash the
+  only entries left pending are the ones really in flight, and the in-doubt policy decides
+  about exactly those: nothing is lost and nothing the service processed is sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engage_sync.cursor.progress import Cursor, Progress, Segment, digest
+from engage_sync.deliver import resends
+from engage_sync.deliver.deliverer import Deliverer
+from engage_sync.deliver.resends import resent_after_doubt
+from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
+from engage_sync.items import Item, users_of
+from engage_sync.pack.batching import Batch
+from engage_sync.pack.request import Request
+from engage_sync.state.store import JournalEntry, Settlement, StateStore, request_position
+
+log = logging.getLogger("engage_sync.run.send_loop")
+
+GROUP = 32
+
+
+@dataclass
+class Outgoing(Segment):
+    """A segment that is one request: its journal entry, its batch, with lookback the cursor
+    stamp of each item (what the ack records) and, once answered, the items the service
+    acknowledged (whose field digests and data points are recorded)."""
+
+    entry: JournalEntry | None = None
+    batch: Batch | None = None
+    stamps: tuple[str, ...] = ()
+    acked: tuple[Item, ...] = ()
+
+
+def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
+    """The shared rate budget was lost before the request left: the run must stop."""
+    error = future.exception()
+    return error if isinstance(error, RateBudgetUnavailable) else None
+
+
+def _refused(future: Future[Any]) -> bool:
+    """The service refused the credentials (401/403): the request was not processed."""
+    return future.exception() is None and future.result().outcome.kind == "fatal"
+
+
+class FatalStop(FatalDeliveryError):
+    """The service refused the credentials or permissions: the run stops."""
+
+
+@dataclass
+class RunContext:
+    """What the sender needs to know of its run."""
+
+    run_id: str
+    integration: str
+    state: StateStore
+    deliverer: Deliverer
+    max_in_flight: int
+    group_commits: bool
+    resend_in_doubt: bool
+    bulk: bool
+    may_move_cursor: Callable[[Cursor], bool]
+    counts: dict[str, int]
+    report: Callable[[], None]
+    on_settled: Callable[[Sequence[Item]], None] | None = None
+    on_acked: Callable[[Sequence[Item]], None] | None = None
+    """Called after each settle with the items the service acknowledged, in settle order."""
+    names_duplicates: bool = False
+    """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
+    owner: str | None = None
+    """The run's owner: journal writes and settlements are fenced on it (`lease`)."""
+
+
+class SendLoop:
+    """Journals, sends and settles segments in order of submission."""
+
+    def __init__(self, ctx: RunContext, progress: Progress) -> None:
+        self.ctx = ctx
+        self.progress = progress
+        self.group = GROUP if ctx.group_commits else 1
+        self.pool = ThreadPoolExecutor(max_workers=ctx.max_in_flight,
+                                       thread_name_prefix=f"send-{ctx.integration}")
+        self.queue: list[Outgoing] = []
+        self.in_flight: dict[Future[Any], tuple[Outgoing, frozenset[str]]] = {}
+        self.users: dict[str, int] = {}
+        self.unsaved: list[tuple[Outgoing, Settlement]] = []
+        self.fatal: str | None = None
+        self.stopped: RateBudgetUnavailable | None = None
+
+    @property
+    def halted(self) -> bool:
+        """Nothing more may be sent: credentials refused, or the shared budget lost."""
+        return bool(self.fatal) or self.stopped is not None
+
+    def submit(self, segment: Outgoing, req_no: int) -> None:
+        assert segment.batch is not None
+        if self.stopped is not None:
+            raise self.stopped
+        items = segment.batch.items
+        keys = tuple(i.key for i in items) if self.group == 1 else None  # exact journal
+        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(items), keys=keys)
+        self.progress.add(segment)
+        self.queue.append(segment)
+        if len(self.queue) >= self.group:
+            self._flush_queue()
+
+    def _flush_queue(self) -> None:
+        if not self.queue:
+            return
+        queue, self.queue = self.queue, []
+        if self.group == 1:
+            # exact journal: wait for room first, so a pending entry is really in flight
+            segment = queue[0]
+            users = self._users(segment)
+            self._make_room(users)
+            if not self.halted and segment.entry is not None:
+                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry],
+                                               owner=self.ctx.owner)
+                self._send(segment, users)
+            return
+        self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
+                                       owner=self.ctx.owner)
+        for segment in queue:
+            users = self._users(segment)
+            self._make_room(users)
+            if not self.halted:  # else journaled, never sent: the next run sends it
+                self._send(segment, users)
+
+    @staticmethod
+    def _users(segment: Outgoing) -> frozenset[str]:
+        assert segment.batch is not None
+        return frozenset(u for item in segment.batch.items for u in users_of(item))
+
+    def _make_room(self, users: frozenset[str]) -> None:
+        """Wait until a request may be handed to the pool: none of its users submitted, and
+        fewer than `max_in_flight` submitted when journaling is exact (so a pending entry is
+        really in flight), or than max_in_flight + 2 groups otherwise (the pool's workers
+        bound real concurrency; the extra keeps them busy while the next group is packed)."""
+        limit = self.ctx.max_in_flight + (2 * self.group if self.group > 1 else 0)
+        while self.in_flight and (len(self.in_flight) >= limit
+                                  or any(u in self.users for u in users)):
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+
+    def _send(self, segment: Outgoing, users: frozenset[str]) -> None:
+        batch = segment.batch
+        assert batch is not None
+        request = Request(
+            endpoint=batch.endpoint, group=batch.group, body=batch.body, items=batch.items,
+            positions=batch.positions, bulk=self.ctx.bulk,
+            resend_in_doubt=self.ctx.resend_in_doubt,
+        )
+        future = self.pool.submit(self.ctx.deliverer.send, request)
+        self.in_flight[future] = (segment, users)
+        for u in users:
+            self.users[u] = self.users.get(u, 0) + 1
+        self.ctx.counts["requests"] += 1
+
+    def _collect(self, futures: set[Future[Any]]) -> None:
+        for future in futures:
+            segment, users = self.in_flight.pop(future)
+            for u in users:
+                self.users[u] -= 1
+                if not self.users[u]:
+                    del self.users[u]
+            if (lost := _never_sent(future)) is not None:
+                # not settled: the cursor stops before it and the next run sends it
+                self.stopped = self.stopped or lost
+                continue
+            if _refused(future):
+                # 401/403 (or refused unsent after one): nothing was processed. Not settled,
+                # so the cursor stops before it and the next run sends it again.
+                self.fatal = self.fatal or future.result().outcome.reason
+                continue
+            self.unsaved.append((segment, self._settlement(segment, future)))
+            segment.settled = True
+        if len(self.unsaved) >= self.group:
+            self._save()
+
+    def _save(self) -> None:
+        moved = self.progress.advance()
+        if not self.unsaved and moved is None:
+            return
+        acked = [(item.key, st, digest(item.blob))
+                 for segment, _ in self.unsaved if segment.batch is not None
+                 for item, st in zip(segment.batch.items, segment.stamps, strict=False)]
+        delivered = [item for segment, _ in self.unsaved for item in segment.acked]
+        self.ctx.state.settle(
+            self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
+            progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
+            acked_rows=acked, acked_fields=[(i.user, i.fields) for i in delivered if i.fields],
+            points=sum(i.points for i in delivered), owner=self.ctx.owner)
+        if self.ctx.on_acked is not None:
+            self.ctx.on_acked(delivered)
+        if self.ctx.on_settled is not None:
+            self.ctx.on_settled([i for s, _ in self.unsaved if s.batch for i in s.batch.items])
+        self.unsaved = []
+        self.ctx.report()
+
+    def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
+        """How the request ended, with the rows that may be doubled (`resends`)."""
+        settlement = self._ended(segment, future)
+        if not self.ctx.names_duplicates or future.exception() is not None \
+                or not resent_after_doubt(future.result()):
+            return settlement
+        assert segment.batch is not None
+        failed = {position for position, _, _ in settlement.failed}
+        doubled = [(p, item.key, resends.AFTER_DOUBT) for p, item in
+                   ((request_position(settlement.req_no, k), item)
+                    for k, item in enumerate(segment.batch.items)) if p not in failed]
+        self.ctx.counts["duplicated"] = self.ctx.counts.get("duplicated", 0) + len(doubled)
+        return replace(settlement, duplicated=doubled)
+
+    def _ended(self, segment: Outgoing, future: Future[Any]) -> Settlement:
+        assert segment.batch is not None and segment.entry is not None
+        items, req_no, counts = segment.batch.items, segment.entry.req_no, self.ctx.counts
+
+        def rows(reason: str, errors: dict[int, str] | None = None
+                 ) -> list[tuple[str, str, str]]:
+            errors = errors or {}
+            return [(request_position(req_no, k), i.key, errors.get(k, reason))
+                    for k, i in enumerate(items)]
+
+        try:
+            outcome = future.result().outcome
+        except Exception as exc:  # a bug or an unexpected library error: rows stay in doubt
+            log.exception("integration %s: request %s crashed", self.ctx.integration, req_no)
+            reason = f"internal error while sending: {type(exc).__name__}"
+            counts["in_doubt"] += len(items)
+            return Settlement(req_no, "in_doubt", 0, in_doubt=rows(reason), reason=reason)
+        unmapped = self._unmapped(req_no, outcome.unmapped_errors)
+        if outcome.kind == "ok":
+            failed = [(request_position(req_no, k), items[k].key, reason)
+                      for k, reason in sorted(outcome.item_errors.items())]
+            counts["synced"] += len(items) - len(failed)
+            counts["failed"] += len(failed)
+            segment.acked = tuple(i for k, i in enumerate(items) if k not in outcome.item_errors)
+            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed,
+                              unmapped=unmapped)
+        if outcome.kind == "in_doubt":
+            counts["in_doubt"] += len(items)
+            return Settlement(req_no, "in_doubt", 0, in_doubt=rows(outcome.reason),
+                              reason=outcome.reason)
+        counts["failed"] += len(items)
+        return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
+                          reason=outcome.reason, unmapped=unmapped)
+
+    def _unmapped(self, req_no: int, errors: tuple[str, ...]) -> list[tuple[str, str, str]]:
+        """Errors of an answer that name no item of the request: kept as the run's errors of
+        kind `unmapped`, keyed by the request (none of its rows is known to be at fault)."""
+        if errors:
+            log.warning("integration %s: request %s: the service reported %d errors that name "
+                        "no item of the request: %s", self.ctx.integration, req_no,
+                        len(errors), "; ".join(errors[:3]))
+        return [(f"req{req_no}:unmapped:{n}", f"request {req_no}", error)
+                for n, error in enumerate(errors)]
+
+    def drain(self) -> None:
+        """Send what is queued, wait for everything in flight, save; raises FatalStop after a
+        401 or 403 once everything sent is settled."""
+        self._flush_queue()
+        while self.in_flight:
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+        self._save()
+        if self.stopped is not None:
+            raise self.stopped
+        if self.fatal:
+            raise FatalStop(self.fatal)
+
+    def settle_in_flight(self) -> None:
+        """After an error elsewhere (the warehouse failed mid-window): send nothing more, wait
+        for the requests in flight and save how they ended, so none is left pending."""
+        self.queue = []
+        while self.in_flight:
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+        self._save()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
