@@ -24,8 +24,9 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the server helpers
 
-from engage_sync.diff.field_diff import diff, encode, user_key
-from engage_sync.diff.record import FRESH
+from engage_sync.diff.field_diff import diff
+from engage_sync.state.field_codec import encode, user_key
+from engage_sync.state.fields import FRESH
 from engage_sync.state.store import StateStore
 
 SETTLE = 2400  # objects per settle transaction: 32 requests of 75

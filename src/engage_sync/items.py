@@ -95,3 +95,19 @@ def render_key(values: Iterable[object], hidden: Container[int] = ()) -> str:
     at the positions in `hidden` (payload columns) are digests, never values."""
     return "|".join(digest_part(v) if n in hidden else key_part(v)
                     for n, v in enumerate(values))
+
+
+class Unchanged:
+    """The outcome of a row a stage found needs no sending (the field diff: nothing changed):
+    nothing is sent, but the row is passed (the cursor moves over it)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+
+
+Outcome = Item | tuple[str, str] | Unchanged | None
+"""What one row read becomes: an item to send, a (row key, reason) reject, UNCHANGED (passed),
+or None (dropped: it needs no sending and is not counted)."""

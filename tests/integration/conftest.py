@@ -24,8 +24,8 @@ from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
 from engage_sync.adapters.wiring import open_state
 from engage_sync.config.integration import Integration, load_integration
-from engage_sync.diff import field_diff
-from engage_sync.diff import record as field_record
+from engage_sync.state import field_codec
+from engage_sync.state import fields as field_record
 from engage_sync.state.schema import fields
 from engage_sync.state.store import StateStore
 
@@ -324,7 +324,7 @@ def field_records(state: StateStore, integration: str) -> dict[bytes, dict[int, 
     with state.engine.connect() as conn:
         rows = conn.execute(sa.select(fields.c.user_key, fields.c.digests)
                             .where(fields.c.integration == integration)).all()
-    return {bytes(k): field_diff.decode(bytes(d)) for k, d in rows}
+    return {bytes(k): field_codec.decode(bytes(d)) for k, d in rows}
 
 
 def logged_deltas(state: StateStore, integration: str) -> int:

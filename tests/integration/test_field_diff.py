@@ -15,10 +15,11 @@ from engage_sync.adapters.cli import main
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.diff import field_diff
 from engage_sync.diff.helper import ENV, FieldHelper
-from engage_sync.diff.record import FRESH
 from engage_sync.diff.stage import UNCHANGED, Differ
 from engage_sync.items import Item
-from engage_sync.run.loop import RunOptions, run_options
+from engage_sync.run.options import RunOptions, run_options
+from engage_sync.state import field_codec
+from engage_sync.state.fields import FRESH
 from engage_sync.state.schema import ADDED_COLUMNS, field_log, fields, runs
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page, record
@@ -90,7 +91,7 @@ def test_rerun_and_touched_rows_bill_nothing(
         started.append(FieldHelper(*args))
         return started[-1]
 
-    monkeypatch.setattr("engage_sync.run.loop.FieldHelper", helper)
+    monkeypatch.setattr("engage_sync.diff.stage.FieldHelper", helper)
     first = _run(users, state)
     assert len(started) == (first_run_helper != "off")  # the first run only
     assert _points(service) == ROWS * len(ATTRIBUTES)
@@ -181,7 +182,7 @@ def _recorded(state: StateStore) -> dict[bytes, dict[int, int]]:
         state.fold_fields(name)
     with state.engine.connect() as conn:
         rows = conn.execute(fields.select()).all()
-    return {bytes(r.user_key): field_diff.decode(bytes(r.digests)) for r in rows}
+    return {bytes(r.user_key): field_codec.decode(bytes(r.digests)) for r in rows}
 
 
 def _processed(service: Service) -> dict[bytes, dict[int, int]]:
@@ -189,7 +190,7 @@ def _processed(service: Service) -> dict[bytes, dict[int, int]]:
     out = {}
     for profile in service.profiles():
         attrs = profile["attributes"]
-        out[field_diff.user_key(f"external_id:{profile['external_id']}")] = {
+        out[field_codec.user_key(f"external_id:{profile['external_id']}")] = {
             field_diff.slot_of(a): field_diff.value_digest(a, attrs.get(a)) for a in ATTRIBUTES}
     return out
 
@@ -263,7 +264,7 @@ def test_a_value_changed_back_before_the_first_change_settled_is_sent(state: Sta
     """Row 1 sets plan to gold, row 2 (a later batch, row 1 still in flight) sets it back: row
     2 is diffed against what row 1 will leave at the service, not against the stored record."""
     state.settle("r", "users", [], acked_fields=[
-        ("external_id:u1", FRESH + field_diff.encode(field_diff.diff(
+        ("external_id:u1", FRESH + field_codec.encode(field_diff.diff(
             {"external_id": "u1", "plan": "free"}, "external_id", None).delta))])
     differ = Differ("users", state)
     differ.open()  # as a run does: the settled record is folded

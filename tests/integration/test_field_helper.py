@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from engage_sync.diff import field_diff
-from engage_sync.diff import record as field_record
 from engage_sync.diff.helper import FieldHelper, frame, shareable_url
 from engage_sync.diff.helper import _unframe as unframe
 from engage_sync.diff.stage import Differ
 from engage_sync.errors import SyncError
 from engage_sync.items import Item
+from engage_sync.state import field_codec
+from engage_sync.state import fields as field_record
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import field_records, logged_deltas
 
@@ -51,7 +52,7 @@ def _helper(store: StateStore) -> FieldHelper:
 
 
 def _whole(item: Item) -> dict[int, int]:
-    return field_diff.decode(field_diff.whole_encoded(item.user, item.blob))
+    return field_codec.decode(field_diff.whole_encoded(item.user, item.blob))
 
 
 def _hand(helper: FieldHelper, items: list[Item]) -> None:
@@ -86,7 +87,7 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     assert _record(store) == {}  # nothing of the helper's before the run's end
     differ.close()
     assert _logged(store) == 0 and differ.helper is None
-    want = {field_diff.user_key(i.user): _whole(i) for i in (later[0], later[1], items[2])}
+    want = {field_codec.user_key(i.user): _whole(i) for i in (later[0], later[1], items[2])}
     assert _record(store) == want
     assert all(_whole(i) for i in later) and _whole(later[0]) != _whole(items[0])
 
@@ -110,7 +111,7 @@ def test_a_run_that_stops_records_nothing_the_helper_kept(store: StateStore) -> 
     helper._writer.join(10)
     assert not helper._writer.is_alive() and helper._proc.stdin.closed  # type: ignore[union-attr]
     store.fold_fields(INTEGRATION)  # the next run's open
-    assert _record(store) == {field_diff.user_key(items[0].user): _whole(items[0])}
+    assert _record(store) == {field_codec.user_key(items[0].user): _whole(items[0])}
     assert set(_leftovers()) <= before
 
 

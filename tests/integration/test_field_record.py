@@ -14,10 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.diff import field_diff
-from engage_sync.diff import record as field_record
-from engage_sync.diff.record import FRESH, MERGE
 from engage_sync.diff.stage import UNCHANGED, Differ
 from engage_sync.items import Item
+from engage_sync.state import field_codec
+from engage_sync.state import fields as field_record
+from engage_sync.state.fields import FRESH, MERGE
 from engage_sync.state.schema import field_log
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import field_records, logged_deltas
@@ -51,11 +52,11 @@ def test_a_fold_applies_every_delta_in_settle_order(
         deltas = []
         for _ in range(rnd.randint(1, 12)):
             user = f"external_id:u{rnd.randrange(40)}"
-            key = field_diff.user_key(user)
+            key = field_codec.user_key(user)
             delta = {rnd.randrange(6): rnd.randrange(1 << 63) for _ in range(rnd.randint(1, 3))}
             fresh = key not in model and rnd.random() < 0.8
             model[key] = dict(delta) if fresh else {**model.get(key, {}), **delta}
-            deltas.append((user, (FRESH if fresh else MERGE) + field_diff.encode(delta)))
+            deltas.append((user, (FRESH if fresh else MERGE) + field_codec.encode(delta)))
         store.settle("r1", INTEGRATION, [], acked_fields=deltas)
         if settle % 17 == 16:
             assert store.fold_fields(INTEGRATION) > 0
@@ -67,20 +68,20 @@ def test_a_fold_applies_every_delta_in_settle_order(
 def test_two_fresh_deltas_of_one_user_the_last_wins(store: StateStore) -> None:
     user = "external_id:u1"
     store.settle("r1", INTEGRATION, [], acked_fields=[
-        (user, FRESH + field_diff.encode({1: 10, 2: 20})),
-        (user, FRESH + field_diff.encode({1: 11, 3: 30})),
-        ("external_id:u2", FRESH + field_diff.encode({1: 5}))])
+        (user, FRESH + field_codec.encode({1: 10, 2: 20})),
+        (user, FRESH + field_codec.encode({1: 11, 3: 30})),
+        ("external_id:u2", FRESH + field_codec.encode({1: 5}))])
     assert store.fold_fields(INTEGRATION) == 3
-    assert _record(store) == {field_diff.user_key(user): {1: 11, 3: 30},
-                              field_diff.user_key("external_id:u2"): {1: 5}}
+    assert _record(store) == {field_codec.user_key(user): {1: 11, 3: 30},
+                              field_codec.user_key("external_id:u2"): {1: 5}}
 
 
 def test_forget_drops_the_record_and_its_log(store: StateStore) -> None:
     store.settle("r1", INTEGRATION, [], acked_fields=[
-        ("external_id:u1", FRESH + field_diff.encode({1: 1}))])
+        ("external_id:u1", FRESH + field_codec.encode({1: 1}))])
     store.fold_fields(INTEGRATION)
     store.settle("r1", INTEGRATION, [], acked_fields=[
-        ("external_id:u2", FRESH + field_diff.encode({1: 1}))])
+        ("external_id:u2", FRESH + field_codec.encode({1: 1}))])
     assert store.forget_fields(INTEGRATION) == 2
     assert _record(store) == {} and _logged(store) == 0
 
@@ -90,11 +91,11 @@ def test_a_fold_waits_for_a_settle_in_progress_and_folds_it(store: StateStore) -
     started meanwhile neither misses its delta nor deletes it unfolded. (SQLite: one writer.)"""
     if store.engine.dialect.name != "postgresql":
         pytest.skip("SQLite admits one writer at a time")
-    key = field_diff.user_key("external_id:u1")
+    key = field_codec.user_key("external_id:u1")
     with store.engine.connect() as conn:
         tx = conn.begin()
         field_record.log(conn, INTEGRATION, [("external_id:u1",
-                                              FRESH + field_diff.encode({1: 1}))])
+                                              FRESH + field_codec.encode({1: 1}))])
         folded: list[int] = []
         fold = threading.Thread(target=lambda: folded.append(store.fold_fields(INTEGRATION)))
         fold.start()
@@ -117,7 +118,7 @@ def test_a_user_changed_earlier_in_the_run_is_diffed_against_that_change(
     """u1's record says free; this run sends gold and the service acknowledges it (logged, not
     folded); a later row sets free again: it must be sent, though the folded record says free."""
     store.settle("r0", INTEGRATION, [], acked_fields=[
-        ("external_id:u1", FRESH + field_diff.encode(field_diff.diff(
+        ("external_id:u1", FRESH + field_codec.encode(field_diff.diff(
             {"external_id": "u1", "plan": "free"}, "external_id", None).delta))])
     differ = Differ(INTEGRATION, store)
     differ.open()
@@ -141,14 +142,14 @@ def test_the_log_is_folded_at_the_end_of_a_run_sized_batch(store: StateStore) ->
     record holds each user once."""
     for t in range(20):
         store.settle("r1", INTEGRATION, [], acked_fields=[
-            (f"external_id:u{t * 100 + k}", FRESH + field_diff.encode({1: t * 100 + k}))
+            (f"external_id:u{t * 100 + k}", FRESH + field_codec.encode({1: t * 100 + k}))
             for k in range(100)])
     with store.engine.connect() as conn:
         assert conn.scalar(sa.select(sa.func.count()).select_from(field_log)) == 2000
     assert store.fold_fields(INTEGRATION) == 2000
     record = _record(store)
     assert len(record) == 2000
-    assert record[field_diff.user_key("external_id:u1234")] == {1: 1234}
+    assert record[field_codec.user_key("external_id:u1234")] == {1: 1234}
 
 
 def test_a_large_fold_refreshes_the_planners_statistics(
@@ -160,7 +161,7 @@ def test_a_large_fold_refreshes_the_planners_statistics(
         pytest.skip("SQLite plans the lookup by its primary key without statistics")
     monkeypatch.setattr(field_record, "ANALYZE_AFTER", 500)
     store.settle("r1", INTEGRATION, [], acked_fields=[
-        (f"external_id:u{k}", FRESH + field_diff.encode({1: k})) for k in range(600)])
+        (f"external_id:u{k}", FRESH + field_codec.encode({1: k})) for k in range(600)])
     store.fold_fields(INTEGRATION)
     with store.engine.connect() as conn:
         analyzed = conn.exec_driver_sql(
@@ -207,7 +208,7 @@ def test_a_full_filter_folds_the_log(store: StateStore, monkeypatch: pytest.Monk
     folded and the filter emptied."""
     monkeypatch.setattr("engage_sync.diff.key_filter.CAPACITY", 1)
     store.settle("r0", INTEGRATION, [], acked_fields=[
-        ("external_id:u0", FRESH + field_diff.encode({1: 1}))])
+        ("external_id:u0", FRESH + field_codec.encode({1: 1}))])
     differ = Differ(INTEGRATION, store)
     differ.open()
     assert not differ.blank
@@ -241,10 +242,10 @@ def test_a_full_resync_keeps_no_pending_map_and_merges_at_the_fold(
     its rows (on an empty record too), and its deltas merge on top of the record: an
     attribute its objects do not carry keeps its digest."""
     store.settle("r0", INTEGRATION, [], acked_fields=[
-        ("external_id:u1", FRESH + field_diff.encode({7: 70}))])
+        ("external_id:u1", FRESH + field_codec.encode({7: 70}))])
     if empty:
         store.forget_fields(INTEGRATION)
     _resync_u1(store)
     plan = {field_diff.slot_of("plan"): field_diff.value_digest("plan", "free")}
     kept = {} if empty else {7: 70}
-    assert _record(store) == {field_diff.user_key("external_id:u1"): {**kept, **plan}}
+    assert _record(store) == {field_codec.user_key("external_id:u1"): {**kept, **plan}}

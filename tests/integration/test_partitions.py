@@ -29,7 +29,7 @@ from engage_sync.cursor.window import Window
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import python_bucket
 from engage_sync.read.reader import source_spec
-from engage_sync.run.loop import RunOptions
+from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
@@ -198,7 +198,7 @@ def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_it
     late["payload"] = json.dumps({"name": "viewed", "properties": {"eid": "late"}})
     wh.insert("events_sync", [late])
     wh.engine.dispose()
-    from engage_sync.run.loop import run_options
+    from engage_sync.run.options import run_options
 
     options = run_options("backfill", datetime(2025, 12, 31), datetime(2026, 1, 2), False,
                           False, partitions=4)

@@ -11,7 +11,7 @@ import pytest
 
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError
-from engage_sync.run.loop import RunOptions
+from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
 from tests.integration.conftest import (

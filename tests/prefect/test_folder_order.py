@@ -9,7 +9,7 @@ import pytest
 
 from engage_sync.adapters import flows
 from engage_sync.adapters.wiring import Outcome
-from engage_sync.run.loop import DryRun
+from engage_sync.run.dry_run import DryRun
 
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes"}
 

@@ -8,17 +8,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.diff.field_diff import (
-    decode,
-    diff,
-    diff_stored,
-    encode,
-    merged,
-    slot_of,
-    user_key,
-    value_digest,
-    whole_encoded,
-)
+from engage_sync.diff.field_diff import diff, diff_stored, slot_of, value_digest, whole_encoded
+from engage_sync.state.field_codec import decode, encode, merged, user_key
 
 
 def test_digests_are_stable_across_versions() -> None:

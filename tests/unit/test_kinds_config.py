@@ -104,3 +104,24 @@ def test_demo_files_of_the_kinds_load(name: str) -> None:
 
 def test_max_deletes_defaults_to_1000() -> None:
     assert parse_integration(_raw("deletes"), file="d.yaml").max_deletes == 1000
+
+
+def test_the_config_layer_knows_exactly_the_kinds_the_kinds_package_builds() -> None:
+    """config.kind_registry is filled by engage_sync.kinds (config never imports a kind):
+    built-ins are declared, and register / unregister keep both in step."""
+    from dataclasses import replace
+
+    from engage_sync import kinds
+    from engage_sync.config import kind_registry
+
+    assert set(kind_registry.names()) == set(kinds.names())
+    for name in kinds.names():
+        assert kind_registry.facts(name) is kinds.get(name)
+    extra = replace(kinds.get("attributes"), name="registry_probe")
+    kinds.register(extra)
+    try:
+        assert kind_registry.facts("registry_probe") is extra
+    finally:
+        kinds.unregister("registry_probe")
+    with pytest.raises(ValueError, match="unknown kind 'registry_probe'; the kinds are"):
+        kind_registry.facts("registry_probe")

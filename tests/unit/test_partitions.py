@@ -13,11 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engage_sync.config.integration import parse_integration
+from engage_sync.config.partition_names import parse as parse_partition
 from engage_sync.cursor.progress import PartitionProgress, may_move_cursor, partitions_settled
 from engage_sync.errors import ConfigError
-from engage_sync.partitions.coordinator import parse_partition, partitions_to_run
+from engage_sync.partitions.coordinator import partitions_to_run
+from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read.key_digest import python_bucket
-from engage_sync.run.loop import PartitionOf
 
 # --- which partition -----------------------------------------------------------------------
 
@@ -49,7 +50,7 @@ def test_every_key_is_in_exactly_one_partition(key: str, count: int) -> None:
 
 
 def test_a_partitions_run_name_carries_its_index_and_count() -> None:
-    name = PartitionOf("parent", 2, 4).run_name("users")
+    name = PartitionScope("parent", 2, 4).run_name("users")
     assert name == "users#2/4" and parse_partition(name) == (2, 4)
     assert parse_partition("users") is None
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.cursor.ties import Ties, error_position
+from engage_sync.cursor.ties import Ties
+from engage_sync.state.row_errors import reject_position
 
 
 @given(st.lists(st.integers(0, 3), max_size=40).map(sorted), st.lists(st.booleans(),
@@ -25,5 +26,5 @@ def test_ordinals_count_equal_positions_across_batches(values: list[int],
                 got += [cursors[:start + j].count(c) for j, c in enumerate(batch)]
             start = k
     assert got == [cursors[:k].count(c) for k, c in enumerate(cursors)]
-    positions = [error_position(c, n) for c, n in zip(cursors, got, strict=True)]
+    positions = [reject_position(c, n) for c, n in zip(cursors, got, strict=True)]
     assert len(set(positions)) == len(positions)

@@ -286,7 +286,7 @@ def dry_run(path: str, chunks: list[Chunk], *, resend_events: bool = False,
     events incremental runs sent or will send, unless `resend_events`), read and validated;
     nothing sent, no flow run created."""
     from engage_sync.adapters.wiring import open_state, sync_file
-    from engage_sync.run.loop import run_options
+    from engage_sync.run.options import run_options
 
     store = open_state(state_url)
     out = []

@@ -31,7 +31,7 @@ from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SyncError
 from engage_sync.run.folder import run_order
-from engage_sync.run.loop import run_options
+from engage_sync.run.options import run_options
 from engage_sync.state import retention
 from engage_sync.state.store import StateStore
 from engage_sync.status.progress_report import ProgressReporter

@@ -26,8 +26,11 @@ from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.deliver.shared_budget import budgets_for
 from engage_sync.errors import ConfigError
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
+from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read import duckdb_turns, key_digest
-from engage_sync.run.loop import Deps, DryRun, PartitionOf, RunOptions, dry_run, run_sync
+from engage_sync.run.dry_run import DryRun, dry_run
+from engage_sync.run.loop import Deps, run_sync
+from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 
@@ -216,7 +219,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict
                 deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
                             budgets=budgets_for(integration, budgets))
                 return run_sync(integration, deps, job.options(),
-                                PartitionOf(job.parent, job.index, job.count))
+                                PartitionScope(job.parent, job.index, job.count))
         finally:
             duckdb_turns.release(engine)
     finally:

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from engage_sync.config import kind_registry, partition_names
 from engage_sync.config.sections import (
     FROZEN,
     KIND_SECTIONS,
@@ -232,18 +233,13 @@ class Integration(_Frozen):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        from engage_sync import kinds  # the kinds import this module
-
-        if value not in kinds.names():
-            raise ValueError(f"unknown kind {value!r}; the kinds are {', '.join(kinds.names())}")
+        kind_registry.facts(value)  # raises ValueError naming the known kinds
         return value
 
     @property
     def section(self) -> str | None:
         """The config section the kind reads, or None for `payload` / `mapping` kinds."""
-        from engage_sync import kinds
-
-        return kinds.get(self.kind).section
+        return kind_registry.facts(self.kind).section
 
     @model_validator(mode="after")
     def _partitions(self) -> Integration:
@@ -362,9 +358,7 @@ def partition_problem(integration: Integration, partitions: int) -> str | None:
     in other processes need one rate budget they all share."""
     if partitions <= 1:
         return None
-    from engage_sync import kinds
-
-    if kinds.kind_of(integration).partition_column(integration) is None:
+    if kind_registry.facts(integration.kind).partition_column(integration) is None:
         return (f"'partitions' ({partitions}): kind '{integration.kind}' cannot be "
                 "partitioned (its rows may touch two users, or its run must see every row: "
                 "identity operations, deletes, subscriptions naming several identifier "
@@ -375,14 +369,9 @@ def partition_problem(integration: Integration, partitions: int) -> str | None:
                 f"on a Dask cluster (task_runner.type: dask), in processes that cannot share "
                 "a local budget: together they would exceed the service's limit. Set "
                 "service.rate_budget.backend to postgres or redis (with its url)")
-    if len(integration.name) + len(partition_suffix(partitions - 1, partitions)) > 100:
+    if len(integration.name) + len(partition_names.suffix(partitions - 1, partitions)) > 100:
         return "'name' is too long for a partitioned run (at most 100 characters with '#k/N')"
     return None
-
-
-def partition_suffix(index: int, count: int) -> str:
-    """What names partition `index` of `count` in the runs table: `<integration>#<k>/<N>`."""
-    return f"#{index}/{count}"
 
 
 _SECRET_WORDS = ("key", "password", "secret", "token")

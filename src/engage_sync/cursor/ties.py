@@ -4,7 +4,8 @@ Two rows tie when their keys repeat at one `UPDATED_AT` (a duplicated key, or NU
 `nulls` rejects). A row error is keyed by its position, so tied rejects would collapse into
 one and the run's counts would no longer add up to the rows read. `Ties` numbers the rows of
 the source order: the n-th row (from 0) of a run of equal positions gets ordinal n, and its
-error position is the encoded cursor followed by `#n` for n > 0 (`error_position`).
+error position is the encoded cursor followed by `#n` for n > 0
+(`state.row_errors.reject_position`).
 
 Invariant: ordinals are counted across batch boundaries, and depend only on the rows read
 from the window's start, so a row read again (a resume that rereads the same stretch) gets the
@@ -15,14 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engage_sync.cursor.progress import Cursor, encode_cursor
-
-
-def error_position(cursor: Cursor, ordinal: int) -> str:
-    """The row-error position of a row: its encoded cursor, `#ordinal` for a tie after the
-    first."""
-    text = encode_cursor(cursor) or ""
-    return f"{text}#{ordinal}" if ordinal else text
+from engage_sync.cursor.progress import Cursor
 
 
 class Ties:

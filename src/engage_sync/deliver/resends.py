@@ -12,13 +12,6 @@ from __future__ import annotations
 
 from engage_sync.deliver.deliverer import Delivery
 
-KIND = "duplicate"
-
-AFTER_DOUBT = ("sent again after an answer the service may have processed without "
-               "answering (5xx, timeout or dropped connection): this row may be doubled")
-AFTER_KILL = ("sent again after the run stopped while the request was in flight: this row "
-              "may be doubled")
-
 
 def resent_after_doubt(delivery: Delivery) -> bool:
     """Whether the request was sent again after an attempt that may have been processed: some

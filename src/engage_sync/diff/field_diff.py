@@ -20,15 +20,13 @@ Invariants (property-tested):
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import xxhash
 
-Digests = dict[int, int]
-"""One user's record: attribute slot → value digest."""
+from engage_sync.state.field_codec import Digests, decode, encode_slots
 
 UPDATE_FLAG = "_update_existing_only"
 _SORT = orjson.OPT_SORT_KEYS
@@ -57,40 +55,9 @@ def value_digest(name: str, value: Any) -> int:
     return xxhash.xxh3_64_intdigest(orjson.dumps(value, option=_SORT), name_seed(name))
 
 
-def user_key(user: str) -> bytes:
-    """The record's key of a user reference (`Item.user`): 16 bytes of a 128-bit hash, so the
-    state database holds no identifier either."""
-    return xxhash.xxh3_128_digest(user.encode("utf-8"))
-
-
 def identifier_of(user: str) -> str:
     """The identifier field of an attributes object, from its user reference ("kind:value")."""
     return user.split(":", 1)[0]
-
-
-def _layout(n: int) -> struct.Struct:
-    layout = _LAYOUTS.get(n)
-    if layout is None:
-        layout = _LAYOUTS[n] = struct.Struct(f"<{n}I{n}Q")
-    return layout
-
-
-_LAYOUTS: dict[int, struct.Struct] = {}
-
-
-def encode(digests: Digests) -> bytes:
-    """slot → digest as bytes: every slot (4 bytes each), then every digest (8 bytes each),
-    little-endian."""
-    return _layout(len(digests)).pack(*digests.keys(), *digests.values())
-
-
-def decode(blob: bytes) -> Digests:
-    """The inverse of `encode`; raises ValueError on a blob `encode` cannot have made."""
-    n, rest = divmod(len(blob), 12)
-    if rest:
-        raise ValueError(f"a field record of {len(blob)} bytes is not a multiple of 12")
-    values = _layout(n).unpack(blob)
-    return dict(zip(values[:n], values[n:], strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +121,7 @@ def whole_encoded_object(user: str, obj: dict[str, Any]) -> bytes:
     for speed (two names sharing a slot give two entries; `decode` keeps the last, as `diff`
     does)."""
     slots, digests = _digested(obj, user[:user.find(":")])
-    return _layout(len(slots)).pack(*slots, *digests)
+    return encode_slots(slots, digests)
 
 
 def _digested(obj: dict[str, Any], identifier: str) -> tuple[list[int], list[int]]:
@@ -176,15 +143,6 @@ def diff_stored(obj: dict[str, Any], identifier: str, stored: bytes) -> Change:
     whose record encodes to the very bytes stored (the same attributes in the same order,
     every digest equal: what an unchanged row gives) is unchanged without decoding them."""
     slots, digests = _digested(obj, identifier)
-    if _layout(len(slots)).pack(*slots, *digests) == stored:
+    if encode_slots(slots, digests) == stored:
         return Change(None, False, {}, 0, len(slots))
     return _reduced(obj, identifier, slots, digests, decode(stored))
-
-
-def merged(last: Digests | None, delta: Digests) -> Digests:
-    """The record after `delta` was acknowledged on top of `last`."""
-    if not last:
-        return dict(delta)
-    out = dict(last)
-    out.update(delta)
-    return out

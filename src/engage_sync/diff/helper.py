@@ -201,7 +201,8 @@ def _frames(stream: IO[bytes]) -> Iterator[Any]:
 
 def records(users: Sequence[str], objs: Sequence[dict[str, Any]]) -> list[tuple[bytes, bytes]]:
     """Users and the objects sent whole to them → (user key, encoded record) pairs."""
-    from engage_sync.diff.field_diff import user_key, whole_encoded_object
+    from engage_sync.diff.field_diff import whole_encoded_object
+    from engage_sync.state.field_codec import user_key
 
     return [(user_key(user), whole_encoded_object(user, obj))
             for user, obj in zip(users, objs, strict=True)]

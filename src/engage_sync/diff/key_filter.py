@@ -1,4 +1,4 @@
-"""A Bloom filter of user keys (`field_diff.user_key`: 16 bytes of a 128-bit hash). Pure.
+"""A Bloom filter of user keys (`state.field_codec.user_key`: 16 bytes of a 128-bit hash). Pure.
 
 Invariants:
 - `may_hold` is True for every key `add`ed since the last `clear` (no false negatives);

@@ -30,37 +30,20 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Sequence
 
 import orjson
 
-from engage_sync.diff.field_diff import (
-    Digests,
-    decode,
-    diff,
-    diff_stored,
-    encode,
-    identifier_of,
-    merged,
-    user_key,
-    whole_encoded,
-)
-from engage_sync.diff.helper import FieldHelper
+from engage_sync.diff.field_diff import diff, diff_stored, identifier_of, whole_encoded
+from engage_sync.diff.helper import FieldHelper, shareable_url
 from engage_sync.diff.key_filter import KeyFilter
-from engage_sync.diff.record import FRESH, MERGE
-from engage_sync.items import Item
+from engage_sync.items import UNCHANGED, Item, Outcome
+from engage_sync.state.field_codec import Digests, decode, encode, merged, user_key
+from engage_sync.state.fields import FRESH, MERGE
 from engage_sync.state.store import StateStore
 
-
-class Unchanged:
-    """The outcome of a row the diff found unchanged: nothing to send, but the row is passed
-    (the cursor moves over it)."""
-
-    def __repr__(self) -> str:
-        return "UNCHANGED"
-
-
-UNCHANGED = Unchanged()
+log = logging.getLogger(__name__)
 
 
 class Differ:
@@ -84,6 +67,7 @@ class Differ:
         self.logged = KeyFilter()  # users whose items settled since the last fold
         self.blank = False  # the folded record is empty: lookups would find nothing
 
+    # the loop's hooks (`run.stage.Stage`) ------------------------------------------------
     def open(self) -> None:
         """Before the first batch: fold what earlier runs logged (a run killed before its
         `close`), so the lookups see it. A first run (no record yet) looks nothing up: what
@@ -107,6 +91,20 @@ class Differ:
             self.helper.stop()
             self.helper = None
 
+    def batch(self, outcomes: list[Outcome]) -> None:
+        self.apply(outcomes)
+
+    def skipped(self, items: Sequence[Item]) -> None:
+        """Items an earlier attempt settled: never pending, as they are not sent again."""
+        self.release(items)
+
+    def settled(self, acked: Sequence[Item], settled: Sequence[Item]) -> None:
+        """After each settle transaction: the helper gets the acknowledged objects, then the
+        settled items are no longer pending."""
+        self.acked(acked)
+        self.release(settled)
+
+    # ----------------------------------------------------------------------------------------
     def acked(self, items: Iterable[Item]) -> None:
         """Objects the service acknowledged, just settled: the helper digests and keeps those
         this run did not digest itself."""
@@ -122,7 +120,7 @@ class Differ:
             found = self.state.field_digests(self.integration, keys)
         return found
 
-    def apply(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
+    def apply(self, outcomes: list[Outcome]) -> None:
         """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
         send), a changed one carries only its changed attributes; each keeps the digests to
         record."""
@@ -160,7 +158,7 @@ class Differ:
             pending[user] = ((held[0] if held else 0) + 1,
                              change.delta if last is None else merged(last, change.delta))
 
-    def _apply_whole(self, outcomes: list[Item | tuple[str, str] | Unchanged | None]) -> None:
+    def _apply_whole(self, outcomes: list[Outcome]) -> None:
         """A full resync, or a run that opened on an empty record: every item is sent whole,
         with no lookup and no pending map. On an empty record each is logged fresh (a user's
         later item is a whole record too: the last one acknowledged wins at the fold); a
@@ -203,3 +201,22 @@ class Differ:
         counts = (self.unchanged, self.saved)
         self.unchanged = self.saved = 0
         return counts
+
+
+def diff_stage(integration: str, state: StateStore, refresh: bool,
+               helper_after: int | None) -> Differ:
+    """The field diff as a stage of one run. `refresh`: a full resync or a backfill sends
+    whole what it reads and refreshes the record; `helper_after`: items a first run digests
+    before a helper process takes over (None: never), used only when the state database can
+    be shared with another process."""
+    url = shareable_url(state.engine)
+
+    def start_helper() -> FieldHelper | None:
+        if url is None:
+            return None
+        log.info("integration %s: a helper process records the fields of this first diffed "
+                 "run", integration)
+        return FieldHelper(integration, url)
+
+    return Differ(integration, state, refresh=refresh, start_helper=start_helper,
+                  helper_after=helper_after)

@@ -1,6 +1,10 @@
 """Every kind of integration, one `Kind` object each, and the registry that names them.
 
-Outside this package nothing branches on a kind's name: the pipeline asks the integration's
+Each kind declares itself to the config layer (`config.kind_registry`), which checks a file's
+`kind` and its section without importing a kind.
+
+Outside this package and the config schema (which names the kinds' sections) nothing branches
+on a kind's name: the pipeline asks the integration's
 `Kind` which columns to read, how to turn rows into items, how to pack them, which rate group
 they draw from, whether they may be sent twice and where they run in a folder's order.
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engage_sync.config import kind_registry
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.identity import ALIAS_RENAMES, DELETES, IDENTIFY_KIND, MERGES
 from engage_sync.kinds.subscriptions import SUBSCRIPTIONS
@@ -25,6 +30,8 @@ __all__ = ["Kind", "kind_of", "names", "rank", "register", "unregister"]
 _BUILT_IN = (IDENTIFY_KIND, MERGES, ALIAS_RENAMES, SUBSCRIPTIONS, ATTRIBUTES, EVENTS, PURCHASES,
              DELETES)
 _REGISTRY: dict[str, Kind] = {k.name: k for k in _BUILT_IN}
+for _kind in _BUILT_IN:
+    kind_registry.declare(_kind)
 
 UNKNOWN_RANK = 70
 """Where a file whose kind cannot be read runs in a folder: after the data kinds, before
@@ -36,6 +43,7 @@ def register(kind: Kind) -> None:
     if kind.name in _REGISTRY:
         raise ValueError(f"a kind named {kind.name!r} is registered already")
     _REGISTRY[kind.name] = kind
+    kind_registry.declare(kind)
 
 
 def unregister(name: str) -> None:
@@ -43,6 +51,7 @@ def unregister(name: str) -> None:
     if any(k.name == name for k in _BUILT_IN):
         raise ValueError(f"{name!r} is a built-in kind")
     _REGISTRY.pop(name, None)
+    kind_registry.forget(name)
 
 
 def names() -> tuple[str, ...]:

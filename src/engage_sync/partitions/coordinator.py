@@ -1,5 +1,6 @@
-"""A partitioned run (issue 11): one window, split by a stable hash of the user key into N
-partitions that run at once, each a run of its own (`pipeline.PartitionOf`), under a parent run.
+"""A partitioned run: one window, split by a stable hash of the user key into N partitions
+that run at once, each a run of its own (`partitions.scope.PartitionScope`), under a parent
+run.
 
 Invariants:
 - every user's rows are in exactly one partition (`key_digest.key_bucket`, computed by the
@@ -12,7 +13,7 @@ Invariants:
   next start with its own number of partitions: finished partitions are not run again, the
   others resume from their own progress and journal (their in-doubt policy applies as in any
   resumed run);
-- a partition that finished is never run again, whoever asks (`pipeline`: Dask recomputes
+- a partition that finished is never run again, whoever asks (`PartitionScope`: Dask recomputes
   the results a dead worker held);
 - an unfinished run opened unpartitioned is resumed unpartitioned (its journal is one run's);
 - one run per integration: the parent holds the integration's lease while its partitions run.
@@ -22,7 +23,6 @@ How partitions are executed (threads, Prefect task runners, Dask) is handed in (
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +32,7 @@ from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
 from engage_sync import kinds
+from engage_sync.config import partition_names
 from engage_sync.config.integration import Integration, partition_problem
 from engage_sync.cursor.progress import (
     Mode,
@@ -47,8 +48,9 @@ from engage_sync.read.extract import count_rows
 from engage_sync.read.null_cursors import count_skipped
 from engage_sync.read.reader import source_spec
 from engage_sync.run.lease import Lease, new_owner
-from engage_sync.run.loop import RunOptions, new_window, parent_window, window_before
+from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import open_run
+from engage_sync.run.windows import new_window, parent_window, window_before
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import job_message, job_status, record
 
@@ -78,7 +80,7 @@ class PartitionJob:
 
     @property
     def label(self) -> str:
-        return f"{index_label(self.index, self.count)}"
+        return partition_names.label(self.index, self.count)
 
     def options(self) -> RunOptions:
         return RunOptions(mode=self.mode, start=self.start, end=self.end,
@@ -95,24 +97,11 @@ class PartitionStopped(SyncError):
     left resumable."""
 
 
-def index_label(index: int, count: int) -> str:
-    return f"{index}/{count}"
-
-
-_SUFFIX = re.compile(r"#(?P<index>\d+)/(?P<count>\d+)$")
-
-
-def parse_partition(run_name: str) -> tuple[int, int] | None:
-    """(index, count) of a partition's run name `<integration>#k/N`, else None."""
-    match = _SUFFIX.search(run_name)
-    return None if match is None else (int(match["index"]), int(match["count"]))
-
-
 def partitions_to_run(asked: int, children: Sequence[str], parent_touched: bool) -> int:
     """How many partitions a start runs (pure). An unfinished run keeps what it was opened
     with: its partitions' count, or 1 when it ran unpartitioned (it sent or recorded rows
     itself); a new run (or one that did nothing yet) takes `asked`."""
-    counts = {p[1] for p in map(parse_partition, children) if p is not None}
+    counts = {p[1] for p in map(partition_names.parse, children) if p is not None}
     if counts:
         return max(counts)
     return 1 if parent_touched else asked
@@ -152,7 +141,7 @@ class _Partitions:
         """Each partition's latest run row."""
         rows: dict[int, dict[str, Any]] = {}
         for row in self.store.partition_runs(self.run_id):
-            parsed = parse_partition(row["integration"])
+            parsed = partition_names.parse(row["integration"])
             if parsed is not None and parsed[1] == self.count:
                 rows[parsed[0]] = row
         return rows
@@ -172,8 +161,7 @@ class _Partitions:
         if settled is None:
             return
         i = self.integration
-        stored = key_digest.migrate(self.store.cursor(i.name), i.key_columns,
-                                    i.hidden_key_columns)
+        stored = key_digest.stored_cursor(self.store, i)
         self.store.advance(self.run_id, i.name, settled,
                            move_cursor=may_move_cursor(self.options.mode, stored, settled))
 
@@ -209,8 +197,7 @@ def run_partitioned(path: str, integration: Integration, options: RunOptions,
     if problem is not None:
         raise ConfigError(f"integration {name}: {problem}", key="partitions")
     owner = new_owner()
-    stored = key_digest.migrate(store.cursor(name), integration.key_columns,
-                                integration.hidden_key_columns)
+    stored = key_digest.stored_cursor(store, integration)
     opened = open_run(store, name, options.mode, options.scope, True,
                       lambda: new_window(integration, engine, store, options, stored, clock()),
                       lambda: window_before(integration, engine, options), owner=owner,

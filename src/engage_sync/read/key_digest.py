@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
@@ -22,6 +22,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import GenericFunction
 
 from engage_sync.cursor.nulls import NULL_KEY
+
+if TYPE_CHECKING:
+    from engage_sync.config.integration import Integration
+    from engage_sync.state.store import StateStore
 
 
 class key_md5(GenericFunction[str]):
@@ -162,3 +166,10 @@ def python_bucket(value: Any, n: int) -> int:
     (None: the empty text)."""
     text = "" if value is None else str(value)
     return int(python_md5(text)[:BUCKET_HEX_DIGITS], 16) % n
+
+
+def stored_cursor(state: StateStore, integration: Integration) -> tuple[Any, ...] | None:
+    """The integration's stored cursor, in this version's form (`migrate`): the one way a run
+    or a coordinator reads it."""
+    return migrate(state.cursor(integration.name), integration.key_columns,
+                   integration.hidden_key_columns)

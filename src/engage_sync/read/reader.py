@@ -7,9 +7,8 @@ Invariants:
   same content was acknowledged before; backfill of events: an incremental run sent it or will);
 - the rejects of a batch are handed to `on_rejects` (to be made durable) before the batch is
   yielded, so the cursor can never pass a reject that is not recorded;
-- with a `Differ` (field-level diff), the items left after the drops are reduced to what
-  changed, and rows with nothing changed become UNCHANGED (passed: nothing to send, but the
-  cursor moves over them), before the batch is yielded.
+- stages (`run.stage`: the field diff) see a batch only after it is yielded, so they see
+  items left after the drops.
 """
 
 from __future__ import annotations
@@ -24,16 +23,15 @@ from sqlalchemy.engine import Engine
 from engage_sync.config.integration import Integration
 from engage_sync.cursor.nulls import null_key_reasons, position_value
 from engage_sync.cursor.progress import REJECTED, Cursor, digest, stamp
-from engage_sync.cursor.ties import Ties, error_position
+from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
-from engage_sync.diff.stage import Differ, Unchanged
-from engage_sync.items import Item
+from engage_sync.items import Item, Outcome, Unchanged
 from engage_sync.kinds import Kind
 from engage_sync.read.extract import SourceSpec, stream_batches
 from engage_sync.read.sent_rows import SentRows
+from engage_sync.state.row_errors import reject_position
 from engage_sync.state.store import StateStore
 
-Outcome = Item | tuple[str, str] | Unchanged | None
 Rejects = list[tuple[str, str, str]]  # (position, row key, reason)
 
 
@@ -98,11 +96,10 @@ class Reader:
     """Reads one integration's window as `RowBatch`es in source order."""
 
     def __init__(self, integration: Integration, kind: Kind, engine: Engine,
-                 state: StateStore, drops: Drops, differ: Differ | None = None) -> None:
+                 state: StateStore, drops: Drops) -> None:
         self.i, self.kind, self.engine, self.state = integration, kind, engine, state
         self.spec = source_spec(integration, kind)
         self.drops = drops
-        self.differ = differ
 
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
@@ -114,8 +111,6 @@ class Reader:
             if self.drops.sent is not None:
                 self._drop_sent(rows)
             self._record_rejects(rows, on_rejects, ties)
-            if self.differ is not None:
-                self.differ.apply(rows.outcomes)
             yield rows
             seq += batch.num_rows
 
@@ -135,11 +130,6 @@ class Reader:
                 rows.outcomes[k] = (outcome.key, reason)
         return rows
 
-    def outcomes(self, window: Window) -> Iterator[Item | tuple[str, str]]:
-        """Every outcome of the window in source order, dropped and unchanged rows left out."""
-        for rows in self.batches(window):
-            yield from (o for o in rows.outcomes if o is not None and not isinstance(o, Unchanged))
-
     def _record_rejects(self, rows: RowBatch, on_rejects: Callable[[Rejects], None] | None,
                         ties: Ties) -> None:
         """Make the batch's rejects durable, each at its own position (`ties`)."""
@@ -148,7 +138,7 @@ class Reader:
             ties.pass_over(rows.cursor, len(rows.outcomes))
             return
         ordinals = ties.number(rows.cursors())
-        on_rejects([(error_position(rows.cursor(k), ordinals[k]), o[0], o[1])
+        on_rejects([(reject_position(rows.cursor(k), ordinals[k]), o[0], o[1])
                     for k, o in rejects])
         if self.drops.lookback:
             self.state.record_acks(self.i.name, [
@@ -160,7 +150,7 @@ class Reader:
         assert sent is not None
         for k, c in enumerate(rows.cursors()):
             outcome = rows.outcomes[k]
-            if outcome is None or isinstance(outcome, Unchanged):  # (the diff comes after)
+            if outcome is None or isinstance(outcome, Unchanged):  # (stages come after)
                 continue
             key = outcome.key if isinstance(outcome, Item) else outcome[0]
             if top is None or tuple(c) > tuple(top) or sent.contains(tuple(c), key):
@@ -179,7 +169,7 @@ class Reader:
         known = self.state.acked(self.i.name, keys)
         for k in old:
             o = outcomes[k]
-            if not isinstance(o, Item | tuple):  # dropped (the diff runs after the drops)
+            if not isinstance(o, Item | tuple):  # dropped (stages run after the drops)
                 continue
             key, mark = (o.key, digest(o.blob)) if isinstance(o, Item) else (o[0], REJECTED)
             if (key, stamp(cursors[k][0]), mark) in known:

@@ -22,14 +22,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engage_sync.cursor.progress import Cursor, Progress, Segment, digest
-from engage_sync.deliver import resends
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.resends import resent_after_doubt
 from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.items import Item, users_of
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
-from engage_sync.state.store import JournalEntry, Settlement, StateStore, request_position
+from engage_sync.state.row_errors import AFTER_DOUBT, request_position, unmapped_position
+from engage_sync.state.store import JournalEntry, Settlement, StateStore
 
 log = logging.getLogger("engage_sync.run.send_loop")
 
@@ -78,9 +78,9 @@ class RunContext:
     may_move_cursor: Callable[[Cursor], bool]
     counts: dict[str, int]
     report: Callable[[], None]
-    on_settled: Callable[[Sequence[Item]], None] | None = None
-    on_acked: Callable[[Sequence[Item]], None] | None = None
-    """Called after each settle with the items the service acknowledged, in settle order."""
+    on_settled: Callable[[Sequence[Item], Sequence[Item]], None] | None = None
+    """Called after each settle transaction with the items the service acknowledged, then
+    every item settled, in settle order (`run.stage.Stage.settled`)."""
     names_duplicates: bool = False
     """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
     owner: str | None = None
@@ -205,10 +205,9 @@ class SendLoop:
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
             acked_rows=acked, acked_fields=[(i.user, i.fields) for i in delivered if i.fields],
             points=sum(i.points for i in delivered), owner=self.ctx.owner)
-        if self.ctx.on_acked is not None:
-            self.ctx.on_acked(delivered)
         if self.ctx.on_settled is not None:
-            self.ctx.on_settled([i for s, _ in self.unsaved if s.batch for i in s.batch.items])
+            self.ctx.on_settled(delivered,
+                                [i for s, _ in self.unsaved if s.batch for i in s.batch.items])
         self.unsaved = []
         self.ctx.report()
 
@@ -220,7 +219,7 @@ class SendLoop:
             return settlement
         assert segment.batch is not None
         failed = {position for position, _, _ in settlement.failed}
-        doubled = [(p, item.key, resends.AFTER_DOUBT) for p, item in
+        doubled = [(p, item.key, AFTER_DOUBT) for p, item in
                    ((request_position(settlement.req_no, k), item)
                     for k, item in enumerate(segment.batch.items)) if p not in failed]
         self.ctx.counts["duplicated"] = self.ctx.counts.get("duplicated", 0) + len(doubled)
@@ -267,7 +266,7 @@ class SendLoop:
             log.warning("integration %s: request %s: the service reported %d errors that name "
                         "no item of the request: %s", self.ctx.integration, req_no,
                         len(errors), "; ".join(errors[:3]))
-        return [(f"req{req_no}:unmapped:{n}", f"request {req_no}", error)
+        return [(unmapped_position(req_no, n), f"request {req_no}", error)
                 for n, error in enumerate(errors)]
 
     def drain(self) -> None:

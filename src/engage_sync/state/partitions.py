@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from engage_sync.config import partition_names
 from engage_sync.state.schema import runs
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ SUMMED = ("rows_unchanged", "data_points_sent", "data_points_saved", "requests_s
 def own_runs(integration: str) -> sa.ColumnElement[bool]:
     """The runs of an integration and of its partitions (`<integration>#k/N`)."""
     return sa.or_(runs.c.integration == integration,
-                  runs.c.integration.startswith(f"{integration}#", autoescape=True))
+                  runs.c.integration.startswith(partition_names.family_prefix(integration),
+                                                autoescape=True))
 
 
 class PartitionRuns:

@@ -30,10 +30,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.cursor.progress import decode_cursor, encode_cursor
-from engage_sync.deliver.resends import AFTER_KILL
-from engage_sync.diff import record as field_record
 from engage_sync.errors import LeaseLost
+from engage_sync.state import fields as field_record
 from engage_sync.state.partitions import PartitionRuns, own_runs
+from engage_sync.state.row_errors import AFTER_KILL, IN_FLIGHT_AT_CRASH, request_position
 from engage_sync.state.schema import (
     SETTLED,
     acks,
@@ -128,10 +128,6 @@ def owner_gone_here(owner: str | None) -> bool:
     """Whether the owner is surely not running: a process of this host that is dead, or an
     earlier attempt of this very process. A lease need not run out for such an owner."""
     return _local_pid(owner) is not None and not owner_alive(owner)
-
-
-IN_FLIGHT_AT_CRASH = "the run stopped while the request was in flight"
-"""The reason of a row whose request was in flight when its run was killed."""
 
 
 class StateStore(PartitionRuns):
@@ -611,11 +607,6 @@ def _keyed(entries: Sequence[Any], reason: str) -> list[tuple[str, str, str]]:
     """Row errors naming the items of journal entries (req_no, item_keys) that kept keys."""
     return [(request_position(r.req_no, k), key, reason) for r in entries
             if r.item_keys is not None for k, key in enumerate(json.loads(r.item_keys))]
-
-
-def request_position(req_no: int, k: int) -> str:
-    """The row-error position of item `k` of request `req_no` (failed and in-doubt rows)."""
-    return f"req{req_no}:{k}"
 
 
 def _iso(value: Any) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import xxhash
 from sqlalchemy.engine import Connection
 
-from engage_sync.diff.field_diff import decode, encode, merged, user_key
+from engage_sync.state.field_codec import decode, encode, merged, user_key
 from engage_sync.state.schema import field_log, fields
 
 CHUNK = 900  # bind parameters per lookup: under SQLite's oldest limit (999)

@@ -1,0 +1,84 @@
+"""A dry run: read, validate and pack the next window, sending and recording nothing.
+
+Invariant: nothing is written to the service or to the run history; the only write is the
+field diff's fold of what a killed run logged (where things are recorded, not what).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from sqlalchemy.engine import Engine
+
+from engage_sync import kinds
+from engage_sync.config.integration import Integration
+from engage_sync.items import Item, Unchanged
+from engage_sync.run.loop import Deps, Run
+from engage_sync.run.options import RunOptions
+from engage_sync.run.scope import WholeRun
+from engage_sync.state.store import StateStore
+
+
+@dataclass
+class DryRun:
+    rows: int = 0
+    requests: int = 0
+    rejects: list[tuple[str, str]] = field(default_factory=list)
+    sample: list[bytes] = field(default_factory=list)
+    unchanged: int = 0
+    points: int = 0
+    saved: int = 0
+
+    def add(self, outcome: Item | tuple[str, str], packer: Any, sample_size: int) -> None:
+        """One row read: a reject listed, or an item counted, sampled and packed."""
+        self.rows += 1
+        if not isinstance(outcome, Item):
+            self.rejects.append(outcome)
+            return
+        self.points += outcome.points
+        if len(self.sample) < sample_size:
+            self.sample.append(outcome.blob)
+        if packer.add(outcome) is not None:
+            self.requests += 1
+
+    def summary(self, integration: str) -> dict[str, Any]:
+        """What the run would send, after the field-level diff: counts (rows to send, rows
+        unchanged, data points to send and saved), the first 100 rejects (keys and reasons)
+        and a sample of objects (for an irreversible kind: every object it would send)."""
+        return {"integration": integration, "dry_run": True, "rows": self.rows,
+                "rows_unchanged": self.unchanged, "requests": self.requests,
+                "data_points_sent": self.points, "data_points_saved": self.saved,
+                "rejects": [list(r) for r in self.rejects[:100]],
+                "sample": [b.decode() for b in self.sample]}
+
+
+def dry_run(integration: Integration, engine: Engine, state: StateStore,
+            clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+            options: RunOptions = RunOptions(dry_run=True), sample_size: int = 3) -> DryRun:
+    """Read, validate and batch the next window without sending or recording anything.
+    An irreversible kind (deletes) lists every object it would send (`sample`), not a sample."""
+    if kinds.kind_of(integration).irreversible:
+        sample_size = sys.maxsize
+    with httpx.HTTPTransport() as transport:  # never used: nothing is sent
+        run = Run(integration, Deps(engine=engine, state=state, transport=transport, api_key="",
+                                    clock=clock), options, WholeRun())
+        packer = run.kind.packer(integration)
+        result = DryRun()
+        run.stages.open()  # the diff folds a killed run's log: where, not what, is recorded
+        try:
+            for rows in run.reader.batches(run.new_window()):
+                run.stages.batch(rows.outcomes)
+                for outcome in rows.outcomes:
+                    if outcome is not None and not isinstance(outcome, Unchanged):
+                        result.add(outcome, packer, sample_size)
+            if packer.flush() is not None:
+                result.requests += 1
+            result.unchanged, result.saved = run.stages.take_counts()
+        finally:
+            run.stages.stop()
+    return result
