@@ -23,8 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the server helpers
 
+from engage_sync.deliver.budget_store import TokenStore
 from engage_sync.deliver.ratelimit import RateBudget
-from engage_sync.deliver.shared_budget import SharedRateBudget, TokenStore
+from engage_sync.deliver.shared_budget import SharedRateBudget
 from engage_sync.deliver.store_postgres import PostgresTokenStore
 from engage_sync.deliver.store_redis import RedisTokenStore
 

@@ -24,13 +24,12 @@ from starlette.types import Message, Receive, Scope, Send
 
 from engage_sandbox import control, dashboard, identity, messaging, scim, subscriptions
 from engage_sandbox.auth import Endpoint, check_auth, match_endpoint
-from engage_sandbox.faults import FaultBook, FaultRule, parse_rules
 from engage_sandbox.lean import handle_track_lean
-from engage_sandbox.ratelimit import RateLimiter, Verdict
-from engage_sandbox.seed import Seed, load_seed
+from engage_sandbox.ratelimit import Verdict
+from engage_sandbox.seed import load_seed
 from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.store import ProfileStore
-from engage_sandbox.track import Counters, Outcome, handle_track
+from engage_sandbox.state import SandboxState
+from engage_sandbox.track import Outcome, handle_track
 
 PARSE_ERROR = "Error while parsing request body..."
 TOO_LARGE = "Request Entity Too Large"
@@ -48,41 +47,6 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 class DroppedConnection(Exception):
     """Raised for a ``drop`` fault when the server gives no transport to close."""
-
-
-class SandboxState:
-    """Everything one sandbox instance knows. Reachable as ``request.app.state.sandbox``.
-
-    ``extra`` is free-form per-module state (key it by module); ``reset()`` clears it and
-    runs the hooks registered with ``on_reset``. ``seed`` and ``settings`` never change.
-    """
-
-    def __init__(self, settings: SandboxSettings, seed: Seed) -> None:
-        self.settings = settings
-        self.seed = seed
-        self.store = ProfileStore()
-        self.counters = Counters()
-        self.log = control.RequestLog(settings.log_capacity)
-        self.limiter = RateLimiter(settings)
-        self.initial_faults: list[FaultRule] = parse_rules(settings.faults)
-        self.faults = FaultBook(self.initial_faults)
-        self.extra: dict[str, Any] = {}
-        self._reset_hooks: list[Callable[[], None]] = []
-
-    def on_reset(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` at every reset (after the core state is cleared)."""
-        self._reset_hooks.append(hook)
-
-    def reset(self) -> None:
-        """Clear store, request log, counters, fault rules and numbering, rate windows."""
-        self.store.clear()
-        self.counters = Counters()
-        self.log.clear()
-        self.limiter.reset()
-        self.faults.reset()
-        self.extra.clear()
-        for hook in self._reset_hooks:
-            hook()
 
 
 def _json_bytes(status: int, body: Any, extra: list[tuple[bytes, bytes]]) -> tuple[Message, ...]:

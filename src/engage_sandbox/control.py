@@ -2,13 +2,11 @@
 faults, health. Modelled on moto's server-mode control endpoints.
 
 Invariants: the control plane is never logged, counted, rate limited or faulted; it reads the
-same :class:`~engage_sandbox.app.SandboxState` the API handlers write.
+same :class:`~engage_sandbox.state.SandboxState` the API handlers write.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -19,55 +17,7 @@ from starlette.routing import Route
 from engage_sandbox.faults import FaultError, parse_rules
 
 if TYPE_CHECKING:
-    from engage_sandbox.app import SandboxState
-
-LOGGED_HEADERS = (
-    "content-type",
-    "content-length",
-    "x-braze-bulk",
-    "x-request-origin",
-    "user-agent",
-    "idempotency-key",
-)
-
-
-class RequestLog:
-    """The most recent API requests, oldest first, numbered from 1 since the last reset."""
-
-    def __init__(self, capacity: int) -> None:
-        self._entries: deque[dict[str, Any]] = deque(maxlen=capacity)
-        self._seq = itertools.count(1)
-
-    def clear(self) -> None:
-        """Forget all entries and restart numbering."""
-        self._entries.clear()
-        self._seq = itertools.count(1)
-
-    def start(
-        self, method: str, path: str, query: str, headers: dict[bytes, bytes], received_at: float
-    ) -> dict[str, Any]:
-        """Append and return a new entry; the caller fills in status, body and fault."""
-        entry: dict[str, Any] = {
-            "seq": next(self._seq),
-            "method": method,
-            "path": path,
-            "query": query,
-            "status": None,
-            "received_at": received_at,
-            "headers": {
-                name: headers[name.encode()].decode("latin-1")
-                for name in LOGGED_HEADERS
-                if name.encode() in headers
-            },
-            "fault": None,
-        }
-        self._entries.append(entry)
-        return entry
-
-    def entries(self, path: str | None = None) -> list[dict[str, Any]]:
-        """Entries, optionally only those for ``path``."""
-        return [e for e in self._entries if path is None or e["path"] == path]
-
+    from engage_sandbox.state import SandboxState
 
 def json_response(body: Any, status: int = 200) -> Response:
     """A JSON response serialised with orjson."""

@@ -275,7 +275,7 @@ def seed_profiles(svc: Service, api_key: str, objects: list[dict[str, Any]]) -> 
 def run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "ENGAGE_API_KEY": api_key}
     return subprocess.Popen(
-        [sys.executable, "-m", "engage_sync.adapters.cli", "--log-level", "WARNING", "run",
+        [sys.executable, "-m", "engage_sync.cli.main", "--log-level", "WARNING", "run",
          str(path),
          "--no-prefect", "--state-url", state_url],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engage_sync.adapters import cli
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.cli import main as cli
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 from tests.integration.conftest import (

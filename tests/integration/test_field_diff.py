@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync.adapters.cli import main
 from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.cli.main import main
 from engage_sync.diff import field_diff
 from engage_sync.diff.helper import ENV, FieldHelper
 from engage_sync.diff.stage import UNCHANGED, Differ

@@ -13,7 +13,7 @@ from tests.integration.conftest import Service, Warehouse, table_integration, us
 
 PROBE = """
 import sys
-from engage_sync.adapters.cli import main
+from engage_sync.cli.main import main
 code = main(sys.argv[1:])
 print("PREFECT-IMPORTED" if "prefect" in sys.modules else "PREFECT-NOT-IMPORTED")
 sys.exit(code)

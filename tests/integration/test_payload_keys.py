@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync.adapters import cli
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.cli import main as cli
 from engage_sync.read import key_digest
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import run_errors

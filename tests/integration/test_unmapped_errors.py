@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sync.adapters import cli, wiring
+from engage_sync.adapters import wiring
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.cli import main as cli
 from engage_sync.config.integration import Integration
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import run_errors

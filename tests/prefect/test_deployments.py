@@ -15,9 +15,9 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
 
-from engage_sync.adapters import backfill
 from engage_sync.adapters.flows import SyncAlert, sync_integration
 from engage_sync.adapters.wiring import open_state
+from engage_sync.cli import backfill
 from tests.integration.conftest import T0, write_integration
 from tests.prefect.conftest import EVENTS, USERS, Served
 

@@ -102,7 +102,7 @@ def run_flow(path: Path, state_url: str, **env: str) -> subprocess.Popen[bytes]:
     """`engage-sync run` (a flow run on the session's Prefect server) as its own process: the
     coordinator, whose children are the LocalCluster's workers."""
     return subprocess.Popen(
-        [sys.executable, "-m", "engage_sync.adapters.cli", "--log-level", "WARNING", "run",
+        [sys.executable, "-m", "engage_sync.cli.main", "--log-level", "WARNING", "run",
          str(path),
          "--state-url", state_url], env={**os.environ, **env}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True)

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.adapters.backfill import (
+from engage_sync.adapters.wiring import open_state
+from engage_sync.cli.backfill import (
     Chunk,
     idempotency_key,
     options_hash,
@@ -18,7 +19,6 @@ from engage_sync.adapters.backfill import (
     parse_bound,
     plan,
 )
-from engage_sync.adapters.wiring import open_state
 from engage_sync.errors import ConfigError
 from engage_sync.state import retention
 

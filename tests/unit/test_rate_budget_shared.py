@@ -12,16 +12,12 @@ import httpx
 import pytest
 import yaml
 
+from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config.integration import load_integration
+from engage_sync.deliver.budget_store import guarded
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.ratelimit import RateBudget, RateBudgets
-from engage_sync.deliver.shared_budget import (
-    SharedRateBudget,
-    SharedRateBudgets,
-    budgets_for,
-    guarded,
-    plan,
-)
+from engage_sync.deliver.shared_budget import SharedRateBudget, SharedRateBudgets, plan
 from engage_sync.errors import ConfigError, RateBudgetUnavailable
 from tests.unit.test_deliver import make_request
 from tests.unit.test_ratelimit import FakeClock, grants, max_in_window

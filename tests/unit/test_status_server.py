@@ -19,9 +19,9 @@ import httpx
 import pytest
 import uvicorn
 
-from engage_sync.adapters.cli import main
 from engage_sync.adapters.status_server import create_app
 from engage_sync.adapters.wiring import open_state
+from engage_sync.cli.main import main
 from engage_sync.state.schema import runs
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import encode_page_cursor, page

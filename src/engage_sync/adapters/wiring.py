@@ -19,11 +19,11 @@ import httpx
 import sqlalchemy as sa
 from pydantic import SecretStr
 
+from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration, load_integration
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.deliver.shared_budget import budgets_for
 from engage_sync.errors import ConfigError
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope

@@ -27,15 +27,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from engage_sync.config import secrets
-from engage_sync.config.integration import Integration
-from engage_sync.config.service import check_budget_url
+from engage_sync.deliver.budget_store import TokenStore
 from engage_sync.deliver.ratelimit import DEFAULT_RATES, Clock, RateBudget, RateBudgets, Sleep
-from engage_sync.errors import ConfigError, RateBudgetUnavailable
 
 T = TypeVar("T")
 
@@ -45,24 +41,6 @@ LIFETIME_SHARE = 0.02  # a block is usable for this share of the window (60 ms o
 # 96.4 % of the service's 3,000 per 3 s (5 %, the first figure, gave 93.7 %, under the 90 %
 # target once a run's start is counted). The lifetime counts from before the take, so a store
 # tens of ms away wastes tokens: keep it in the workers' network (README)
-STORE_ATTEMPTS = 3  # a store call is tried this often (a blip) before the run stops
-
-
-class TokenStore(Protocol):
-    """A token bucket per key, shared by every process that uses the same store."""
-
-    backend: str
-    url: str  # redacted
-
-    def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
-        """Refill the bucket by elapsed time (at most `capacity`), then take up to `n` of its
-        whole tokens. Returns (tokens granted: 1 to n, or 0; seconds until one is there).
-        (Partial grants: waiting for a whole block let the bucket sit full, its refill lost.)"""
-        ...
-
-    def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
-        """Empty the bucket so that no token is granted for `seconds` (after a 429)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -82,23 +60,6 @@ def plan(limit: int, per_seconds: float, block: int | None = None) -> BlockPlan:
     size = max(1, min(wanted, limit - 1))
     lifetime = per_seconds * LIFETIME_SHARE
     return BlockPlan(size, max(limit - size, 1) / (per_seconds + lifetime), lifetime)
-
-
-def guarded(store: TokenStore, errors: tuple[type[BaseException], ...], call: Callable[[], T],
-            sleep: Sleep = time.sleep) -> T:
-    """`call()`, tried STORE_ATTEMPTS times on `errors`; then RateBudgetUnavailable naming
-    the backend and the redacted URL. The error's text never holds a password."""
-    for attempt in range(1, STORE_ATTEMPTS + 1):
-        try:
-            return call()
-        except errors as exc:
-            if attempt == STORE_ATTEMPTS:
-                raise RateBudgetUnavailable(
-                    f"the shared rate budget ({store.backend} at {store.url}) is unreachable "
-                    f"({type(exc).__name__} after {attempt} attempts): the run stopped before "
-                    "sending more; nothing was lost, run it again to resume") from exc
-            sleep(0.2 * attempt)
-    raise AssertionError("unreachable")
 
 
 class SharedRateBudget(RateBudget):
@@ -181,43 +142,3 @@ class SharedRateBudgets(RateBudgets):
         return SharedRateBudget(self.store, "|".join(key), requests, per_seconds,
                                 block=self._block, clock=self._clock, wall=self._wall,
                                 sleep=self._sleep)
-
-
-_STORES: dict[tuple[str, str], TokenStore] = {}
-_STORES_LOCK = threading.Lock()
-
-
-def budgets_for(integration: Integration, given: RateBudgets | None = None) -> RateBudgets:
-    """The rate budgets a run of `integration` uses (`service.rate_budget`).
-
-    `local`: `given` (shared by the integrations of one flow run) or new private ones, exactly
-    as before. `postgres` / `redis`: budgets on the store at the expanded URL; one store
-    client per URL and process, so runs of a serving process reuse its connections. Raises
-    ConfigError naming the integration and key for a bad URL."""
-    cfg = integration.service.rate_budget
-    if cfg.backend == "local":
-        return given if given is not None else RateBudgets()
-    key = "service.rate_budget.url"
-    url = secrets.expand(cfg.url or "", integration=integration.name, key=key)
-    try:
-        check_budget_url(cfg.backend, url)
-    except ValueError as exc:
-        raise ConfigError(f"integration {integration.name}: {exc}", key=key) from None
-    with _STORES_LOCK:
-        store = _STORES.get((cfg.backend, url))
-        if store is None:
-            store = _STORES[(cfg.backend, url)] = _open_store(cfg.backend, url)
-    if isinstance(given, SharedRateBudgets) and given.store is store:
-        return given
-    return SharedRateBudgets(store, block=cfg.block)
-
-
-def _open_store(backend: str, url: str) -> TokenStore:
-    """The store client (connections are opened lazily, at the first take)."""
-    if backend == "postgres":
-        from engage_sync.deliver.store_postgres import PostgresTokenStore
-
-        return PostgresTokenStore(url)
-    from engage_sync.deliver.store_redis import RedisTokenStore
-
-    return RedisTokenStore(url)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from engage_sync.config.secrets import redact_url
-from engage_sync.deliver.shared_budget import guarded
+from engage_sync.deliver.budget_store import guarded
 
 TABLE = "engage_sync_rate_budget"
 _LOCK_ID = 0x656E6761  # pg_advisory_lock key of the table's creation

@@ -14,7 +14,7 @@ import redis
 from redis.exceptions import RedisError
 
 from engage_sync.config.secrets import redact_url
-from engage_sync.deliver.shared_budget import guarded
+from engage_sync.deliver.budget_store import guarded
 
 PREFIX = "engage-sync:rate:"
 _TIMEOUT_S = 5  # socket timeouts: a lost store is reported, not waited for

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from engage_sync.adapters import telemetry
-from engage_sync.adapters.cli_logging import configure
 from engage_sync.adapters.failures import expected, one_line
+from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SyncError
 
 
@@ -38,7 +38,7 @@ def _note_temporary_server() -> None:
     from prefect.settings import PREFECT_API_URL
 
     if not PREFECT_API_URL.value():
-        logging.getLogger("engage_sync.adapters.cli").info(
+        logging.getLogger("engage_sync.cli.main").info(
             "PREFECT_API_URL is not set: Prefect starts a temporary server for this run "
             "(10-20 s). Start one with `prefect server start` and export PREFECT_API_URL, "
             "or run with --no-prefect")
@@ -113,8 +113,8 @@ def cmd_errors(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from engage_sync.adapters import backfill
-    from engage_sync.adapters.deployment_source import integration_for
+    from engage_sync.cli import backfill
+    from engage_sync.cli.deployment_source import integration_for
 
     deployment = args.deployment or f"engage-sync/{Path(args.integration).stem}"
     path = integration_for(args.integration, args.config_dir, deployment)
@@ -171,7 +171,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 def _bound(*, is_end: bool) -> Any:
     def parse(text: str) -> Any:
-        from engage_sync.adapters.backfill import parse_bound
+        from engage_sync.cli.backfill import parse_bound
 
         try:
             return parse_bound(text, is_end=is_end)
