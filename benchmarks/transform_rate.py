@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pyarrow as pa
 
-from engage_sync.config.integration import parse_integration
+from engage_sync.config.files import parse_integration
 from engage_sync.kinds.track_transform import transform_batch
 
 START = datetime(2024, 1, 1, tzinfo=UTC)

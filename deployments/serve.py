@@ -31,7 +31,8 @@ from prefect.schedules import Cron, Interval, Schedule
 
 from engage_sync.adapters import telemetry
 from engage_sync.adapters.flows import sync_folder, sync_integration
-from engage_sync.config.integration import integration_files, parse_duration
+from engage_sync.config.files import integration_files
+from engage_sync.config.integration import parse_duration
 
 PAUSE_SECONDS = 6.0  # at shutdown, how long pausing the schedules may wait for the server
 # (a busy server on SQLite took over 2 s to answer in CI; within the 10 s a container gets)

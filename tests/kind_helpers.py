@@ -9,7 +9,8 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import kinds
-from engage_sync.config.integration import Integration, parse_integration
+from engage_sync.config.files import parse_integration
+from engage_sync.config.integration import Integration
 from engage_sync.items import TransformResult
 from engage_sync.pack.batching import Batch
 

@@ -10,6 +10,7 @@ unknown paths) go straight to the router.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,12 +25,14 @@ from starlette.types import Message, Receive, Scope, Send
 
 from engage_sandbox import control, dashboard, identity, messaging, scim, subscriptions
 from engage_sandbox.auth import Endpoint, check_auth, match_endpoint
+from engage_sandbox.faults import FaultRule
 from engage_sandbox.lean import handle_track_lean
+from engage_sandbox.outcome import Outcome
 from engage_sandbox.ratelimit import Verdict
 from engage_sandbox.seed import load_seed
 from engage_sandbox.settings import SandboxSettings
 from engage_sandbox.state import SandboxState
-from engage_sandbox.track import Outcome, handle_track
+from engage_sandbox.track import handle_track
 
 PARSE_ERROR = "Error while parsing request body..."
 TOO_LARGE = "Request Entity Too Large"
@@ -73,6 +76,54 @@ def _abort_connection(send: Send) -> bool:
     return True
 
 
+# Sends a JSON answer (status, body, verdict) for the request at hand: :func:`_answer` bound.
+Answer = Callable[[int, Any, Verdict], Awaitable[None]]
+
+
+async def _answer(
+    send: Send, entry: dict[str, Any], status: int, body: Any, verdict: Verdict
+) -> None:
+    """Send a JSON answer with the verdict's rate headers and note its status in ``entry``."""
+    entry["status"] = status
+    for message in _json_bytes(status, body, verdict.headers()):
+        await send(message)
+
+
+async def _fault_before(
+    rule: FaultRule, entry: dict[str, Any], verdict: Verdict, answer: Answer
+) -> bool:
+    """The part of a scripted fault that acts before the handler; True when it has answered.
+
+    A delay waits; a status fault without ``process`` answers now (a 429 with no remaining
+    calls); a drop or a processed status fault waits for :func:`_fault_after`.
+    """
+    entry["fault"] = rule.action
+    if rule.action == "delay":
+        await asyncio.sleep(rule.delay_seconds)
+    elif rule.action != "drop":
+        status = int(rule.action)
+        if not rule.process:
+            fault_verdict = Verdict(True, verdict.limit, 0, verdict.reset)
+            await answer(
+                status, {"message": FAULT_MESSAGES[status]},
+                fault_verdict if status == 429 else verdict,
+            )
+            return True
+    return False
+
+
+async def _fault_after(
+    rule: FaultRule, scope: Scope, send: Send, verdict: Verdict, answer: Answer
+) -> None:
+    """After the (silenced) handler: drop the connection, or answer the fault's status."""
+    if rule.action == "drop":
+        if not _abort_connection(send):
+            raise DroppedConnection(f"sandbox fault: dropped {scope['method']} {scope['path']}")
+    else:
+        status = int(rule.action)
+        await answer(status, {"message": FAULT_MESSAGES[status]}, verdict)
+
+
 class SandboxApp(Starlette):
     """Starlette with the sandbox gate in front of the router (see the module docstring)."""
 
@@ -88,44 +139,17 @@ class SandboxApp(Starlette):
 
     async def _gate(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint) -> None:
         state = self.sandbox
-        path, method = scope["path"], scope["method"]
         headers = dict(scope["headers"])
-        state.counters.requests[path] += 1
-        entry = state.log.start(
-            method, path, scope.get("query_string", b"").decode("latin-1"), headers, time.time()
-        )
-
-        async def answer(status: int, body: Any, verdict: Verdict) -> None:
-            entry["status"] = status
-            for message in _json_bytes(status, body, verdict.headers()):
-                await send(message)
-
-        denied = check_auth(endpoint, headers, state.seed)
-        if denied is not None:
-            await answer(*denied, state.limiter.check(endpoint.group, path, consume=False))
+        entry = self._count_and_log(scope, headers)
+        answer = functools.partial(_answer, send, entry)
+        verdict = await self._admit(endpoint, scope["path"], headers, answer)
+        if verdict is None:
             return
-        verdict = state.limiter.check(endpoint.group, path)
-        if not verdict.allowed:
-            await answer(429, {"message": RATE_LIMITED}, verdict)
+        _, rule = state.faults.next(scope["path"])
+        if rule is not None and await _fault_before(rule, entry, verdict, answer):
             return
-        _, rule = state.faults.next(path)
-        fail_after: int | None = None
-        if rule is not None:
-            entry["fault"] = rule.action
-            if rule.action == "delay":
-                await asyncio.sleep(rule.delay_seconds)
-            elif rule.action != "drop":
-                status = int(rule.action)
-                if not rule.process:
-                    fault_verdict = Verdict(True, verdict.limit, 0, verdict.reset)
-                    await answer(
-                        status, {"message": FAULT_MESSAGES[status]},
-                        fault_verdict if status == 429 else verdict,
-                    )
-                    return
-                fail_after = status
         body: Any = None
-        if method in BODY_METHODS:
+        if scope["method"] in BODY_METHODS:
             checked = await self._read_json(headers, receive, state.settings.max_body_bytes)
             if isinstance(checked, Outcome):
                 await answer(checked.status, checked.body, verdict)
@@ -133,21 +157,55 @@ class SandboxApp(Starlette):
             body = checked[0]
             if not state.settings.lean:
                 entry["body"] = body
-        dropping = rule is not None and rule.action == "drop"
-        quiet = dropping or fail_after is not None
+        # A drop or a processed status fault silences the handler and acts after it.
+        deferred = rule if rule is not None and rule.action != "delay" else None
+        await self._handle(scope, send, endpoint, body, verdict, entry, deferred is not None)
+        if deferred is not None:
+            await _fault_after(deferred, scope, send, verdict, answer)
+
+    def _count_and_log(self, scope: Scope, headers: dict[bytes, bytes]) -> dict[str, Any]:
+        """Count the request under its path and open its request log entry."""
+        state = self.sandbox
+        path, method = scope["path"], scope["method"]
+        state.counters.requests[path] += 1
+        return state.log.start(
+            method, path, scope.get("query_string", b"").decode("latin-1"), headers, time.time()
+        )
+
+    async def _admit(
+        self, endpoint: Endpoint, path: str, headers: dict[bytes, bytes], answer: Answer
+    ) -> Verdict | None:
+        """Authenticate, then rate limit: the rate verdict, or None once 401/403/429 is sent."""
+        state = self.sandbox
+        denied = check_auth(endpoint, headers, state.seed)
+        if denied is not None:
+            await answer(*denied, state.limiter.check(endpoint.group, path, consume=False))
+            return None
+        verdict = state.limiter.check(endpoint.group, path)
+        if not verdict.allowed:
+            await answer(429, {"message": RATE_LIMITED}, verdict)
+            return None
+        return verdict
+
+    async def _handle(
+        self,
+        scope: Scope,
+        send: Send,
+        endpoint: Endpoint,
+        body: Any,
+        verdict: Verdict,
+        entry: dict[str, Any],
+        quiet: bool,
+    ) -> None:
+        """Answer with the lean /users/track counter or the router; send nothing if ``quiet``."""
+        state = self.sandbox
         if state.settings.lean and endpoint.group == "users_track":
             outcome = handle_track_lean(body, state.settings, state.counters)
             entry["status"] = outcome.status
             if not quiet:
-                await answer(outcome.status, outcome.body, verdict)
+                await _answer(send, entry, outcome.status, outcome.body, verdict)
         else:
             await self._downstream(scope, send, body, verdict, entry, quiet)
-        if dropping:
-            if not _abort_connection(send):
-                raise DroppedConnection(f"sandbox fault: dropped {method} {path}")
-        elif fail_after is not None:
-            entry["status"] = fail_after
-            await answer(fail_after, {"message": FAULT_MESSAGES[fail_after]}, verdict)
 
     @staticmethod
     async def _read_json(

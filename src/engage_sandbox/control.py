@@ -72,7 +72,7 @@ async def profiles(request: Request) -> Response:
 
 
 async def counters(request: Request) -> Response:
-    """GET /_sandbox/counters (shape: :meth:`engage_sandbox.track.Counters.to_json`)."""
+    """GET /_sandbox/counters (shape: :meth:`engage_sandbox.counters.Counters.to_json`)."""
     return json_response(_state(request).counters.to_json())
 
 

@@ -19,7 +19,7 @@ ARRAY_OPERATORS = frozenset({"add", "remove", "update"})
 """An attribute value that is an object whose keys are all among these edits an array:
 ``add`` and ``remove`` hold arrays of strings, ``update`` an array of objects. The spec lists
 only the attribute types (string, boolean, integer, array); this shape rule is the service's
-behaviour as reported in issue 12 (a wrong shape is an item error for that object alone)."""
+observed behaviour (a wrong shape is an item error for that object alone)."""
 
 
 def is_array_operation(value: Any) -> bool:

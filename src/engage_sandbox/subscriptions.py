@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from engage_sandbox.outcome import Outcome
 from engage_sandbox.store import Profile, ProfileStore, is_e164
-from engage_sandbox.track import EMAIL, SUB_STATES, Outcome
+from engage_sandbox.track_validation import EMAIL, SUB_STATES
 
 MAX_IDS = 50
 SUCCESS = Outcome(201, {"message": "success"})

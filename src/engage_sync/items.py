@@ -108,6 +108,6 @@ class Unchanged:
 UNCHANGED = Unchanged()
 
 
-Outcome = Item | tuple[str, str] | Unchanged | None
+RowOutcome = Item | tuple[str, str] | Unchanged | None
 """What one row read becomes: an item to send, a (row key, reason) reject, UNCHANGED (passed),
 or None (dropped: it needs no sending and is not counted)."""

@@ -23,7 +23,8 @@ import yaml
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
 from engage_sync.adapters.wiring import open_state
-from engage_sync.config.integration import Integration, load_integration
+from engage_sync.config.files import load_integration
+from engage_sync.config.integration import Integration
 from engage_sync.state import field_codec
 from engage_sync.state import fields as field_record
 from engage_sync.state.schema import fields

@@ -206,7 +206,7 @@ def test_a_first_run_looks_nothing_up_and_sends_every_item_whole(
 def test_a_full_filter_folds_the_log(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a non-empty record, the filter of logged users is bounded: once full, the log is
     folded and the filter emptied."""
-    monkeypatch.setattr("engage_sync.diff.key_filter.CAPACITY", 1)
+    monkeypatch.setattr("engage_sync.diff.logged_users.CAPACITY", 1)
     store.settle("r0", INTEGRATION, [], acked_fields=[
         ("external_id:u0", FRESH + field_codec.encode({1: 1}))])
     differ = Differ(INTEGRATION, store)

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from engage_sync import kinds
 from engage_sync.adapters.wiring import open_state, sync_file
-from engage_sync.config.integration import load_integration
+from engage_sync.config.files import load_integration
 from engage_sync.cursor.window import Window
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import python_bucket

@@ -14,7 +14,8 @@ import engage_sync.read.reader as reading
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SourceError, SyncError
 from engage_sync.run.options import RunOptions
-from engage_sync.state.store import JournalEntry, Settlement, StateStore
+from engage_sync.state.records import JournalEntry, Settlement
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
     Service,

@@ -52,7 +52,7 @@ def test_a_new_kind_runs_end_to_end(touches: None, warehouse: Warehouse, service
 
 
 def test_an_unknown_kind_is_refused_with_the_known_ones_named(tmp_path: Path) -> None:
-    from engage_sync.config.integration import parse_integration
+    from engage_sync.config.files import parse_integration
     from engage_sync.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"unknown kind 'touches'.*attributes"):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from engage_sync.adapters import flows
-from engage_sync.adapters.wiring import Outcome
+from engage_sync.adapters.wiring import RunResult
 from engage_sync.run.dry_run import DryRun
 
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes"}
@@ -21,9 +21,9 @@ def test_a_folder_flow_run_shares_one_rate_budget_set(
         (tmp_path / f"{name}.yaml").write_text(f"kind: {KINDS[name]}\n")
     calls: list[tuple[str, Any]] = []
 
-    def fake_sync_file(path: Path, **kw: Any) -> Outcome:
+    def fake_sync_file(path: Path, **kw: Any) -> RunResult:
         calls.append((Path(path).stem, kw["budgets"]))
-        return Outcome(Path(path).stem, dry_run=DryRun(rows=1))
+        return RunResult(Path(path).stem, dry_run=DryRun(rows=1))
 
     monkeypatch.setattr(flows, "sync_file", fake_sync_file)
     result = flows.sync_folder(str(tmp_path), dry_run=True,

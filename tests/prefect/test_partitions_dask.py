@@ -34,7 +34,7 @@ import yaml
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
 from engage_sync.adapters.wiring import open_state
-from engage_sync.config.integration import load_integration
+from engage_sync.config.files import load_integration
 from tests.integration.conftest import (
     ROOT,
     T0,

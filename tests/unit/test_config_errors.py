@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engage_sync.config import secrets
-from engage_sync.config.integration import load_integration
+from engage_sync.config.files import load_integration
 from engage_sync.errors import ConfigError
 
 KEY = "rk-9f8e7d6c5b4a39281706f5e4d3c2b1a0"

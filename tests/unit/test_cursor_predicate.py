@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import elements, operators
 
-from engage_sync.cursor.nulls import NULL_KEY, position_value
+from engage_sync.cursor.null_keys import NULL_KEY, position_value
 from engage_sync.cursor.window import Window
 from engage_sync.read.extract import SourceSpec, build_query
 

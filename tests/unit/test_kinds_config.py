@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engage_sync.config.integration import load_integration, parse_integration
+from engage_sync.config.files import load_integration, parse_integration
 from engage_sync.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,18 +125,3 @@ def test_the_config_layer_knows_exactly_the_kinds_the_kinds_package_builds() -> 
         kinds.unregister("registry_probe")
     with pytest.raises(ValueError, match="unknown kind 'registry_probe'; the kinds are"):
         kind_registry.facts("registry_probe")
-
-
-def test_a_file_parses_in_a_process_that_imported_only_the_config_layer() -> None:
-    """The registry loads the built-in kinds by name on first use: config alone is enough."""
-    code = ("from engage_sync.config.integration import parse_integration\n"
-            "import sys\n"
-            "assert 'engage_sync.kinds' not in sys.modules\n"
-            "i = parse_integration({'kind': 'deletes', 'source': {'table': 't'}}, file='d.yaml')\n"
-            "assert i.section == 'deletes' and 'engage_sync.kinds' in sys.modules\n")
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engage_sync import kinds
-from engage_sync.config.integration import Integration, parse_integration
+from engage_sync.config.files import parse_integration
+from engage_sync.config.integration import Integration
 from engage_sync.items import USER_SEP, Item, users_of
 from engage_sync.pack.batching import Batch
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from engage_sync import kinds
-from engage_sync.config.integration import parse_integration
+from engage_sync.config.files import parse_integration
 from engage_sync.items import USER_SEP
 from engage_sync.kinds.track_transform import transform_batch
 from tests.kind_helpers import SUBS, bodies, integration, run

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.config.integration import parse_integration
+from engage_sync.config.files import parse_integration
 from engage_sync.config.partition_names import parse as parse_partition
 from engage_sync.cursor.progress import PartitionProgress, may_move_cursor, partitions_settled
 from engage_sync.errors import ConfigError

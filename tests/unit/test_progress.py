@@ -26,7 +26,7 @@ from engage_sync.read.reader import RowBatch
 from engage_sync.run.cutter import Cutter
 from engage_sync.run.resume import Skipper
 from engage_sync.run.send_loop import Outgoing
-from engage_sync.state.store import JournalEntry
+from engage_sync.state.records import JournalEntry
 
 
 def test_progress_moves_only_over_the_settled_prefix() -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from engage_sync.adapters.budgets import budgets_for
-from engage_sync.config.integration import load_integration
+from engage_sync.config.files import load_integration
 from engage_sync.deliver.budget_store import guarded
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.ratelimit import RateBudget, RateBudgets

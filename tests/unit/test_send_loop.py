@@ -17,7 +17,7 @@ from engage_sync.items import Item
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
 from engage_sync.run.send_loop import FatalStop, Outgoing, RunContext, SendLoop
-from engage_sync.state.store import JournalEntry, Settlement
+from engage_sync.state.records import JournalEntry, Settlement
 
 
 class FakeState:

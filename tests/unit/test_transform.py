@@ -11,7 +11,8 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from engage_sync.config.integration import Integration, parse_integration
+from engage_sync.config.files import parse_integration
+from engage_sync.config.integration import Integration
 from engage_sync.errors import SourceError
 from engage_sync.items import TransformResult, render_key
 from engage_sync.kinds.track_transform import iso_utc, transform_batch

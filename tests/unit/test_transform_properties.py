@@ -14,7 +14,8 @@ import pyarrow as pa
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from engage_sync.config.integration import Integration, parse_integration
+from engage_sync.config.files import parse_integration
+from engage_sync.config.integration import Integration
 from engage_sync.items import TransformResult
 from engage_sync.kinds.track_transform import transform_batch
 

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 
-from engage_sync.config.integration import parse_integration
+from engage_sync.config.files import parse_integration
 from engage_sync.cursor.window import Window
 from engage_sync.kinds.track_transform import transform_batch
 from engage_sync.read.extract import SourceSpec, build_query, rows_to_batch

@@ -26,7 +26,7 @@ from prefect.cache_policies import NO_CACHE
 from engage_sync.adapters import prefect_exit
 from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.wiring import open_state, run_direct, sync_file
-from engage_sync.config.integration import integration_files, resolve_integration
+from engage_sync.config.files import integration_files, resolve_integration
 from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SyncError

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,8 @@ from pydantic import SecretStr
 
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config import secrets
-from engage_sync.config.integration import Integration, load_integration
+from engage_sync.config.files import load_integration
+from engage_sync.config.integration import Integration
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError
@@ -110,7 +112,7 @@ def http_transport(integration: Integration) -> httpx.BaseTransport:
 
 
 @dataclass
-class Outcome:
+class RunResult:
     integration: str
     record: dict[str, Any] | None = None
     dry_run: DryRun | None = None
@@ -145,47 +147,37 @@ def sync_file(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     clock: Callable[[], datetime] | None = None,
     runner: Runner | None = None,
-) -> Outcome:
+) -> RunResult:
     """Run one integration file end to end, partitioned when it asks for partitions (then
     `runner` executes them: threads of this process by default). Raises ConfigError /
     SyncError after recording."""
     options = options or RunOptions()
     store = store or open_state()
+    clock = clock or _utcnow
     integration = load_or_record(path, store)
-    try:
+    with _config_errors_recorded(store, integration.name):
         integration = with_expanded_service(integration)
         engine = warehouse_engine(integration)
-    except ConfigError as exc:
-        _record_config_error(store, integration.name, exc)
-        raise
     try:
         if options.dry_run:
-            return Outcome(integration.name, dry_run=dry_run(
-                integration, engine, store, clock=clock or _utcnow, options=options))
-        try:
+            return RunResult(integration.name, dry_run=dry_run(
+                integration, engine, store, clock=clock, options=options))
+        with _config_errors_recorded(store, integration.name):
             key = secrets.api_key(integration.name, integration.service.api_key_env)
             run_budgets = budgets_for(integration, budgets)
-        except ConfigError as exc:
-            _record_config_error(store, integration.name, exc)
-            raise
         count = count_for(store, integration, options)
         if count > 1:
             execute = (runner or threads_runner)(integration, run_budgets)
-            try:
+            with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
                 result = run_partitioned(str(Path(path).resolve()), integration, options,
-                                         store, engine, count, execute, clock or _utcnow,
+                                         store, engine, count, execute, clock,
                                          portable_url(store), on_progress)
-            except ConfigError as exc:  # e.g. --partitions on a kind that cannot be split
-                _record_config_error(store, integration.name, exc)
-                raise
-            return Outcome(integration.name, record=result,
-                           alert=_alert(store, result, integration.failed_rows_alert_share))
-        with http_transport(integration) as transport:
-            deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
-                        budgets=run_budgets, on_progress=on_progress,
-                        clock=clock or _utcnow)
-            result = run_sync(integration, deps, options)
-        return Outcome(integration.name, record=result,
+        else:
+            with http_transport(integration) as transport:
+                deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
+                            budgets=run_budgets, on_progress=on_progress, clock=clock)
+                result = run_sync(integration, deps, options)
+        return RunResult(integration.name, record=result,
                        alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:
         duckdb_turns.release(engine)
@@ -259,6 +251,16 @@ def _alert(store: StateStore, record: dict[str, Any], threshold: float | None) -
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@contextmanager
+def _config_errors_recorded(store: StateStore, name: str) -> Iterator[None]:
+    """A ConfigError raised inside is recorded as the integration's run, then raised."""
+    try:
+        yield
+    except ConfigError as exc:
+        _record_config_error(store, name, exc)
+        raise
 
 
 def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:

@@ -200,21 +200,12 @@ def run_backfill(
     seconds; a repeat of the command picks up there. Raises SyncError when the deployment is
     unknown."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import FlowRun
-    from prefect.deployments import run_deployment
-    from prefect.exceptions import ObjectNotFound
 
     opts = options_hash(resend_events, label)
     tag = run_tag(integration, opts)
     summary = Summary(integration, deployment)
     with get_client(sync_client=True) as client:
-        try:
-            dep = client.read_deployment_by_name(deployment)
-        except ObjectNotFound as exc:
-            raise SyncError(
-                f"no deployment '{deployment}': serve it (python deployments/serve.py "
-                f"config/) or deploy it (prefect deploy --all), or name another with "
-                f"--deployment") from exc
+        dep = _deployment(client, deployment)
         existing = _existing_runs(client, dep.id, tag)
         for n, chunk in enumerate(chunks, 1):
             key = idempotency_key(integration, chunk, opts)
@@ -222,10 +213,8 @@ def run_backfill(
             summary.chunks.append(result)
             run = existing.get(key)
             if run is None:
-                run = cast(FlowRun, run_deployment(
-                    deployment, parameters=parameters(chunk, resend_events, partitions),
-                    idempotency_key=key, timeout=0, tags=[tag, "backfill"], as_subflow=False,
-                    flow_run_name=f"{integration}-backfill-{chunk.start:%Y%m%dT%H%M%S}"))
+                run = _start(deployment, integration, chunk, key, tag,
+                             parameters(chunk, resend_events, partitions))
                 result.created = True
             result.flow_run_id = run.id
             _watch(client, result, retry_failed=retry_failed, chunk_timeout=chunk_timeout,
@@ -240,6 +229,31 @@ def run_backfill(
                 summary.stopped = _stop_reason(result)
                 break
     return summary
+
+
+def _start(deployment: str, integration: str, chunk: Chunk, key: str, tag: str,
+           params: dict[str, Any]) -> Any:
+    """A new flow run of the chunk (its idempotency key makes a repeat a no-op)."""
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.deployments import run_deployment
+
+    return cast(FlowRun, run_deployment(
+        deployment, parameters=params, idempotency_key=key, timeout=0,
+        tags=[tag, "backfill"], as_subflow=False,
+        flow_run_name=f"{integration}-backfill-{chunk.start:%Y%m%dT%H%M%S}"))
+
+
+def _deployment(client: Any, name: str) -> Any:
+    """The deployment named `name`; SyncError saying how to serve it when there is none."""
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        return client.read_deployment_by_name(name)
+    except ObjectNotFound as exc:
+        raise SyncError(
+            f"no deployment '{name}': serve it (python deployments/serve.py "
+            f"config/) or deploy it (prefect deploy --all), or name another with "
+            f"--deployment") from exc
 
 
 def _watch(client: Any, result: ChunkResult, *, retry_failed: bool, chunk_timeout: float,

@@ -30,7 +30,7 @@ def deployment_integration(deployment: str) -> Path | None:
 def integration_for(name_or_path: str, config_dir: str, deployment: str) -> Path:
     """An integration file: a path, `<config dir>/<name>.yaml`, or the file `deployment` runs.
     Raises the config folder's ConfigError, with the deployment named, when none exists."""
-    from engage_sync.config.integration import resolve_integration
+    from engage_sync.config.files import resolve_integration
 
     try:
         return resolve_integration(name_or_path, config_dir)

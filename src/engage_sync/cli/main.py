@@ -24,7 +24,7 @@ from engage_sync.errors import SyncError
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
     """An integration file path, or `<config dir>/<name>.yaml`; raises ConfigError."""
-    from engage_sync.config.integration import resolve_integration as resolve
+    from engage_sync.config.files import resolve_integration as resolve
 
     return resolve(name_or_path, config_dir)
 

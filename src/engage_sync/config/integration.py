@@ -1,47 +1,40 @@
-"""Integration files (YAML) parsed once into frozen models.
+"""An integration: one synced table, as a frozen model (read from its file by `config.files`).
 
-A bad file raises `ConfigError` naming the file, the key and the fix. Secrets never live in
-these files: the warehouse URL may reference `${ENV_VAR}` and the API key is read from the
-environment variable named by `service.api_key_env` at run time (see `secrets.py`).
+The model checks every rule that needs only the file (the kind's section, the formats, the
+partitions); a bad file raises `ConfigError` naming the file, the key and the fix. Secrets
+never live in these files: the warehouse URL may reference `${ENV_VAR}` and the API key is
+read from the environment variable named by `service.api_key_env` at run time (`secrets`).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from engage_sync.config import kind_registry, partition_names
 from engage_sync.config.sections import (
-    FROZEN,
     KIND_SECTIONS,
     AliasRenameSpec,
     DeleteSpec,
+    Frozen,
     IdentifySpec,
     KindSpec,
     MergeSpec,
     SubscriptionSpec,
-    UserColumns,
 )
 from engage_sync.config.service import (
     Service,
     TaskRunnerConfig,
 )
-from engage_sync.errors import ConfigError
-
-IdentifierKind = Literal["external_id", "user_alias", "platform_id", "email", "phone"]
+from engage_sync.config.track_formats import IdentifierKind, MappedFormat, PayloadFormat
 
 MAX_PARTITIONS = 64
 
@@ -72,11 +65,7 @@ def _yaml_off(value: Any) -> Any:
 DiffSetting = Annotated[Literal["fields", "off"], BeforeValidator(_yaml_off)]
 
 
-class _Frozen(BaseModel):
-    model_config = FROZEN
-
-
-class Warehouse(_Frozen):
+class Warehouse(Frozen):
     """Where rows come from. `url` is a SQLAlchemy URL and may hold `${ENV_VAR}` references."""
 
     url: str = "duckdb:///warehouse.duckdb"
@@ -86,7 +75,7 @@ class Warehouse(_Frozen):
     SQLAlchemy's server-side cursor."""
 
 
-class Source(_Frozen):
+class Source(Frozen):
     """Exactly one of `table` or `query`. A view is read like a table."""
 
     table: str | None = None
@@ -100,92 +89,6 @@ class Source(_Frozen):
         return self
 
 
-class PayloadFormat(_Frozen):
-    """The service's own warehouse-sync format: UPDATED_AT, one identifier, JSON PAYLOAD."""
-
-    identifier: IdentifierKind = "external_id"
-    payload_column: str = "PAYLOAD"
-
-
-class EventMapping(_Frozen):
-    name: str | None = None
-    name_column: str | None = None
-    time: str | None = None
-    app_id: str | None = None
-    properties: dict[str, str] = {}
-
-    @model_validator(mode="after")
-    def _one_name(self) -> EventMapping:
-        if (self.name is None) == (self.name_column is None):
-            raise ValueError("give exactly one of 'name' (a fixed event name) or 'name_column'")
-        return self
-
-
-class PurchaseMapping(_Frozen):
-    product_id: str
-    currency: str
-    price: str
-    quantity: str | None = None
-    time: str | None = None
-    app_id: str | None = None
-    properties: dict[str, str] = {}
-
-
-class Identifier(UserColumns):
-    """Mapped format of attributes, events and purchases: the user's column(s), of exactly one
-    identifier kind (the columns and their checks are those of every kind's `UserColumns`)."""
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Identifier:
-        if len(self.kinds()) != 1:
-            raise ValueError(
-                "name exactly one identifier: external_id, alias_name + alias_label, "
-                "platform_id, email or phone"
-            )
-        return self
-
-    @property
-    def kind(self) -> IdentifierKind:
-        return self.kinds()[0][0]
-
-
-class TrackGroup(_Frozen):
-    """One subscription group set through /users/track attributes: a fixed `group_id` or a
-    `group_column`, and the `state_column` (subscribed / unsubscribed; NULL = leave as is)."""
-
-    group_id: str | None = Field(default=None, min_length=1)
-    group_column: str | None = None
-    state_column: str
-
-    @model_validator(mode="after")
-    def _one_group(self) -> TrackGroup:
-        if (self.group_id is None) == (self.group_column is None):
-            raise ValueError("give exactly one of 'group_id' (a fixed id) or 'group_column'")
-        return self
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return tuple(c for c in (self.group_column, self.state_column) if c)
-
-
-class MappedFormat(_Frozen):
-    """Any table or query: columns mapped to the identifier and to attributes / event / purchase.
-
-    `subscription_groups` (attributes kind only) adds `subscription_groups` to each attributes
-    object, one entry per listed group whose state is not NULL in the row.
-    """
-
-    identifier: Identifier
-    attributes: dict[str, str] = {}
-    subscription_groups: tuple[TrackGroup, ...] = ()
-    event: EventMapping | None = None
-    purchase: PurchaseMapping | None = None
-
-    @property
-    def subscription_group_columns(self) -> list[str]:
-        return [c for g in self.subscription_groups for c in g.columns]
-
-
 _PAYLOAD_ID_COLUMNS: dict[str, tuple[str, ...]] = {
     "external_id": ("EXTERNAL_ID",),
     "user_alias": ("ALIAS_NAME", "ALIAS_LABEL"),
@@ -195,8 +98,8 @@ _PAYLOAD_ID_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-class Integration(_Frozen):
-    """One synced table. Built only by `load_integration`; frozen afterwards.
+class Integration(Frozen):
+    """One synced table. Built only by `config.files.load_integration`; frozen afterwards.
 
     Track kinds (attributes, events, purchases) read `payload` or `mapping`; every other kind
     reads the section named after it (`subscriptions`, `deletes`, `identify`, `merges`,
@@ -372,84 +275,3 @@ def partition_problem(integration: Integration, partitions: int) -> str | None:
     if len(integration.name) + len(partition_names.suffix(partitions - 1, partitions)) > 100:
         return "'name' is too long for a partitioned run (at most 100 characters with '#k/N')"
     return None
-
-
-_SECRET_WORDS = ("key", "password", "secret", "token")
-
-
-def _describe(err: ValidationError) -> str:
-    """Each error as key and rule, never the value (models hide input; messages name keys)."""
-    parts = []
-    for e in err.errors(include_input=False, include_url=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "is not a key here; check its spelling and place"
-            if any(w in str(e["loc"][-1]).lower() for w in _SECRET_WORDS):
-                msg += (". Never write a secret in this file: export it in an environment "
-                        "variable and name the variable in 'service.api_key_env' (API key) "
-                        "or as ${VAR} in 'warehouse.url' (password)")
-        parts.append(f"key '{loc}': {msg}")
-    return "; ".join(parts)
-
-
-def parse_integration(raw: Any, *, file: str) -> Integration:
-    """A mapping (as read from YAML) → Integration. Raises ConfigError naming file and key,
-    raised outside the `except` so no exception holding the file's values is chained to it."""
-    if not isinstance(raw, dict):
-        raise ConfigError("the file must hold a mapping of keys (name, kind, source, ...)",
-                          file=file)
-    raw = {"name": Path(file).stem, **raw}
-    try:
-        return Integration.model_validate(raw)
-    except ValidationError as exc:
-        problem = (f"{_describe(exc)}; fix the file (its keys are listed in the README) "
-                   "and run again")
-    raise ConfigError(problem, file=file)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """Where and what, without the snippet of the file PyYAML quotes (it may hold a secret)."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    what = getattr(exc, "problem", None) or type(exc).__name__
-    return f"not valid YAML{where}: {what}"
-
-
-def load_integration(path: str | Path) -> Integration:
-    """Read and validate one integration file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the file ({exc.strerror})", file=str(path)) from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        problem = _yaml_problem(exc)
-    else:
-        return parse_integration(raw, file=str(path))
-    raise ConfigError(problem, file=str(path))
-
-
-def integration_files(folder: str | Path) -> list[Path]:
-    """The integration files of a folder, sorted by name (files starting with '_' are skipped)."""
-    folder = Path(folder)
-    return sorted(
-        p for p in [*folder.glob("*.yaml"), *folder.glob("*.yml")] if not p.name.startswith("_")
-    )
-
-
-def resolve_integration(name_or_path: str, config_dir: str | None = None) -> Path:
-    """An integration file path, or a name looked up as `<config dir>/<name>.yaml` (the folder
-    is `config_dir`, else ENGAGE_SYNC_CONFIG_DIR, else ./config). Raises ConfigError."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path
-    folder = config_dir or os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config")
-    candidate = Path(folder) / f"{name_or_path}.yaml"
-    if not candidate.exists():
-        raise ConfigError(
-            f"no integration '{name_or_path}': give a file path or a name with a file "
-            f"{candidate} (the folder is --config-dir / config_dir or ENGAGE_SYNC_CONFIG_DIR)")
-    return candidate

@@ -38,7 +38,9 @@ FROZEN = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 file may hold a pasted secret; the errors reach logs, run records and Prefect's database)."""
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
+    """The base of every config model: frozen, unknown keys refused, input never echoed."""
+
     model_config = FROZEN
 
 
@@ -50,7 +52,7 @@ def check_prioritization(value: tuple[str, ...] | None) -> tuple[str, ...] | Non
     return value
 
 
-class UserColumns(_Frozen):
+class UserColumns(Frozen):
     """Columns that name a user; a row fills exactly one identifier (alias: both columns)."""
 
     external_id: str | None = None
@@ -99,7 +101,7 @@ def _single_kind(user: UserColumns, what: str) -> str | None:
     return None
 
 
-class SubscriptionSpec(_Frozen):
+class SubscriptionSpec(Frozen):
     """Subscription-group states: user (external_id, email or phone), group, state.
 
     `endpoint`: `v2` (/v2/subscription/status/set, many groups per request) or `v1`
@@ -130,7 +132,7 @@ class SubscriptionSpec(_Frozen):
         return _single_kind(self.user, "'subscriptions.user'")
 
 
-class DeleteSpec(_Frozen):
+class DeleteSpec(Frozen):
     """Users to delete: the service's sync format (`identifiers`: which of its identifier
     columns EXTERNAL_ID, ALIAS_NAME + ALIAS_LABEL, BRAZE_ID, EMAIL the table has) or mapped
     columns (`user`). Email identifiers need `prioritization`."""
@@ -181,7 +183,7 @@ class DeleteSpec(_Frozen):
         return _single_kind(self.columns, "'deletes'")
 
 
-class IdentifySpec(_Frozen):
+class IdentifySpec(Frozen):
     """Alias-only users to identify: (alias_name, alias_label, external_id) rows and/or
     (email, external_id) rows with `prioritization`; a row uses its alias when both alias
     columns are filled, else its email."""
@@ -231,7 +233,7 @@ class MergeSide(UserColumns):
         return self
 
 
-class MergeSpec(_Frozen):
+class MergeSpec(Frozen):
     """Pairs of users: `merge` (merged into the other, then removed) and `keep`."""
 
     merge: MergeSide
@@ -247,7 +249,7 @@ class MergeSpec(_Frozen):
         return _single_kind(self.merge, "'merges.merge'")
 
 
-class AliasRenameSpec(_Frozen):
+class AliasRenameSpec(Frozen):
     """Alias renames: label (a fixed `alias_label` or `label_column`), old and new name."""
 
     alias_label: str | None = Field(default=None, min_length=1)

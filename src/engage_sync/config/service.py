@@ -6,17 +6,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from engage_sync.config.secrets import env_name_problem, redact_url
-from engage_sync.config.sections import FROZEN
+from engage_sync.config.sections import Frozen
 
 
-class _Frozen(BaseModel):
-    model_config = FROZEN
-
-
-class Limits(_Frozen):
+class Limits(Frozen):
     """Request limits of the service; every figure is a default an account may change."""
 
     objects_per_request: int = Field(default=75, ge=1, le=75)
@@ -25,12 +21,12 @@ class Limits(_Frozen):
     ids_per_request: int = Field(default=50, ge=1, le=50)
 
 
-class RateLimit(_Frozen):
+class RateLimit(Frozen):
     requests: int = Field(default=3000, ge=1)
     per_seconds: float = Field(default=3.0, gt=0)
 
 
-class RateBudgetConfig(_Frozen):
+class RateBudgetConfig(Frozen):
     """Where the rate budget lives: `local` (this process only) or a store every process of a
     workspace shares. `url` may hold `${ENV_VAR}` references, expanded at run time."""
 
@@ -62,7 +58,7 @@ def check_budget_url(backend: str, url: str) -> None:
                          f"{' or '.join(s + '://' for s in allowed)})")
 
 
-class TaskRunnerConfig(_Frozen):
+class TaskRunnerConfig(Frozen):
     """Where the partitions of a partitioned run (`partitions` > 1) run, each a Prefect task
     run: `threads` (Prefect's thread pool in the flow's process, the default) or `dask` (a
     `LocalCluster` of `n_workers` processes started for the run, or the existing cluster at
@@ -87,7 +83,7 @@ class TaskRunnerConfig(_Frozen):
         return self.type == "dask"
 
 
-class Service(_Frozen):
+class Service(Frozen):
     base_url: str = "http://127.0.0.1:8787"
     api_key_env: str = "ENGAGE_API_KEY"
     limits: Limits = Limits()

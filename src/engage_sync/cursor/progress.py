@@ -18,7 +18,7 @@
 - Cursors are stored as JSON text (`encode_cursor`) that decodes to the same Python types.
 - A NULL key value is never None in a cursor: it is `NULL_KEY`, which sorts before every
   value (as the read query orders it, NULLS FIRST), so cursors compare in Python without a
-  TypeError and a stored cursor holding it still selects every later row (`nulls.py`).
+  TypeError and a stored cursor holding it still selects every later row (`null_keys.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
-from engage_sync.cursor.nulls import NULL_KEY
+from engage_sync.cursor.null_keys import NULL_KEY
 
 Cursor = tuple[Any, ...]
 """(cursor value, *key values): the position of a row in the total order of a source."""

@@ -1,7 +1,7 @@
 """Rows that share a whole position (cursor value and every key value), told apart.
 
 Two rows tie when their keys repeat at one `UPDATED_AT` (a duplicated key, or NULL keys, which
-`nulls` rejects). A row error is keyed by its position, so tied rejects would collapse into
+`null_keys` rejects). A row error is keyed by its position, so tied rejects would collapse into
 one and the run's counts would no longer add up to the rows read. `Ties` numbers the rows of
 the source order: the n-th row (from 0) of a run of equal positions gets ordinal n, and its
 error position is the encoded cursor followed by `#n` for n > 0

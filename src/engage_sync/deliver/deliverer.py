@@ -101,6 +101,15 @@ DEFAULT_TIMEOUT = attempt_timeout(30.0)
 USER_AGENT = f"engage-sync/{__version__}"
 
 
+def _check_key(api_key: str) -> None:
+    """ValueError for a key that cannot be a bearer token (the error never holds the key)."""
+    if not api_key or not api_key.isprintable() or api_key != api_key.strip():
+        raise ValueError(
+            "the API key is empty or holds spaces or control characters; "
+            "check the environment variable named by service.api_key_env"
+        )
+
+
 class Deliverer:
     """Sends `Request`s through a caller-owned httpx transport (a keep-alive pool, closed by the
     caller) to `base_url`, each attempt bounded by `timeout`.
@@ -128,11 +137,7 @@ class Deliverer:
         log_context: Mapping[str, object] | None = None,
         guard: Callable[[], None] | None = None,
     ) -> None:
-        if not api_key or not api_key.isprintable() or api_key != api_key.strip():
-            raise ValueError(
-                "the API key is empty or holds spaces or control characters; "
-                "check the environment variable named by service.api_key_env"
-            )
+        _check_key(api_key)
         self._transport = transport
         self._guard = guard  # raises (LeaseLost) when this process may send no more
         self._key = api_key
@@ -149,13 +154,11 @@ class Deliverer:
         self._budget_lost: str | None = None  # why the shared rate budget was lost, if it was
         self._lost_as: type[RateBudgetUnavailable] = RateBudgetUnavailable  # or LeaseLost
         self._budget_cache: dict[str, RateBudget] = {}
-        headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
-                   "User-Agent": USER_AGENT}
-        self._headers = headers
-        self._bulk_headers = {**headers, "X-Braze-Bulk": "true"}
-        self._backoff = wait_exponential(multiplier=backoff_initial, max=backoff_max) + wait_random(
-            0, backoff_initial
-        )
+        self._headers = {"Authorization": f"Bearer {api_key}",
+                         "Content-Type": "application/json", "User-Agent": USER_AGENT}
+        self._bulk_headers = {**self._headers, "X-Braze-Bulk": "true"}
+        self._backoff = (wait_exponential(multiplier=backoff_initial, max=backoff_max)
+                         + wait_random(0, backoff_initial))
         self._retrying = Retrying(
             sleep=sleep,
             retry=self._wants_retry,

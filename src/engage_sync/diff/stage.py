@@ -37,8 +37,8 @@ import orjson
 
 from engage_sync.diff.field_diff import diff, diff_stored, identifier_of, whole_encoded
 from engage_sync.diff.helper import FieldHelper, shareable_url
-from engage_sync.diff.key_filter import KeyFilter
-from engage_sync.items import UNCHANGED, Item, Outcome
+from engage_sync.diff.logged_users import KeyFilter
+from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.state.field_codec import Digests, decode, encode, merged, user_key
 from engage_sync.state.fields import FRESH, MERGE
 from engage_sync.state.store import StateStore
@@ -91,7 +91,7 @@ class Differ:
             self.helper.stop()
             self.helper = None
 
-    def batch(self, outcomes: list[Outcome]) -> None:
+    def batch(self, outcomes: list[RowOutcome]) -> None:
         self.apply(outcomes)
 
     def skipped(self, items: Sequence[Item]) -> None:
@@ -120,7 +120,7 @@ class Differ:
             found = self.state.field_digests(self.integration, keys)
         return found
 
-    def apply(self, outcomes: list[Outcome]) -> None:
+    def apply(self, outcomes: list[RowOutcome]) -> None:
         """Rewrite one batch's items in place: an unchanged row becomes UNCHANGED (nothing to
         send), a changed one carries only its changed attributes; each keeps the digests to
         record."""
@@ -158,7 +158,7 @@ class Differ:
             pending[user] = ((held[0] if held else 0) + 1,
                              change.delta if last is None else merged(last, change.delta))
 
-    def _apply_whole(self, outcomes: list[Outcome]) -> None:
+    def _apply_whole(self, outcomes: list[RowOutcome]) -> None:
         """A full resync, or a run that opened on an empty record: every item is sent whole,
         with no lookup and no pending map. On an empty record each is logged fresh (a user's
         later item is a whole record too: the last one acknowledged wins at the fold); a

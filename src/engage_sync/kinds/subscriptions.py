@@ -22,8 +22,9 @@ import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.config.integration import Integration, TrackGroup
+from engage_sync.config.integration import Integration
 from engage_sync.config.sections import SubscriptionSpec
+from engage_sync.config.track_formats import TrackGroup
 from engage_sync.items import Item, TransformResult
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.rows import Outcomes, Rows, UserRef, read_users

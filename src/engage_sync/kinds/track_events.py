@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 
 from engage_sync import validate as v
-from engage_sync.config.integration import EventMapping, Integration, PurchaseMapping
+from engage_sync.config.integration import Integration
+from engage_sync.config.track_formats import EventMapping, PurchaseMapping
 from engage_sync.kinds.arrow_values import Columns
 from engage_sync.kinds.track_rows import Ref, Sink, parse_payload, update_flag
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from engage_sync.cursor.nulls import NULL_KEY
+from engage_sync.cursor.null_keys import NULL_KEY
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window, align
 from engage_sync.errors import SourceError
@@ -192,7 +192,7 @@ def _eq(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
 
 def _after(order: Sequence[sa.ColumnElement[Any]], start: Cursor) -> sa.ColumnElement[bool]:
     """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...)), NULL keys
-    first (`nulls`)."""
+    first (`null_keys`)."""
     if len(order) != len(start):
         raise ValueError("cursor and order columns differ in length")
     clause: sa.ColumnElement[bool] = _gt(order[-1], start[-1])

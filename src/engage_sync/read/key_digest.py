@@ -1,4 +1,4 @@
-"""Key columns that hold payload, ordered by their digest (issue 12, hole 1).
+"""Key columns that hold payload, ordered by their digest.
 
 Payload-format events and purchases key rows by (identifier, PAYLOAD) by default. A row's
 cursor is stored in the state database (cursors, progress, journal, error positions), so a
@@ -21,7 +21,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import GenericFunction
 
-from engage_sync.cursor.nulls import NULL_KEY
+from engage_sync.cursor.null_keys import NULL_KEY
 
 if TYPE_CHECKING:
     from engage_sync.config.integration import Integration
@@ -92,7 +92,7 @@ def _is_digest(value: Any) -> bool:
         c in "0123456789abcdef" for c in value)
 
 
-# --- partitions (issue 11): a user's partition from the MD5 of its key, in the warehouse -----
+# --- partitions: a user's partition from the MD5 of its key, in the warehouse -----
 
 BUCKET_HEX_DIGITS = 8
 """A partition is int(first 8 hex digits of md5(user key text)) mod N. Never change this: a

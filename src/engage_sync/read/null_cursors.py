@@ -1,4 +1,4 @@
-"""Rows whose cursor value (`UPDATED_AT`) is NULL: never silently lost (issue 12, hole 2).
+"""Rows whose cursor value (`UPDATED_AT`) is NULL: never silently lost.
 
 A window selects rows by their cursor value, so a row with a NULL one is in no window and is
 never read. The rule:

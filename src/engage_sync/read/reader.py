@@ -21,11 +21,11 @@ import pyarrow as pa
 from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
-from engage_sync.cursor.nulls import null_key_reasons, position_value
+from engage_sync.cursor.null_keys import null_key_reasons, position_value
 from engage_sync.cursor.progress import REJECTED, Cursor, digest, stamp
 from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
-from engage_sync.items import Item, Outcome, Unchanged
+from engage_sync.items import Item, RowOutcome, Unchanged
 from engage_sync.kinds import Kind
 from engage_sync.read.extract import SourceSpec, stream_batches
 from engage_sync.read.sent_rows import SentRows
@@ -41,7 +41,7 @@ class RowBatch:
 
     def __init__(self, columns: list[Any], num_rows: int) -> None:
         self.columns = columns
-        self.outcomes: list[Outcome] = [None] * num_rows
+        self.outcomes: list[RowOutcome] = [None] * num_rows
         self._all: list[Cursor] | None = None
 
     def cursor(self, k: int) -> Cursor:
@@ -116,7 +116,7 @@ class Reader:
 
     def _transform(self, batch: pa.RecordBatch, seq: int) -> RowBatch:
         """One outcome per row: the kind's item or reject; a row with a NULL key is rejected
-        (`nulls`) unless the kind rejected it already."""
+        (`null_keys`) unless the kind rejected it already."""
         result = self.kind.transform(self.i, batch, seq)
         assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
         rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows)

@@ -1,4 +1,4 @@
-"""What incremental runs sent, row by row, for a backfill of events (issue 12, hole 4).
+"""What incremental runs sent, row by row, for a backfill of events.
 
 A backfill of a kind that is not idempotent (events, purchases) must not send again what an
 incremental run sent, yet must send a row written late into a stretch an incremental run

@@ -9,7 +9,6 @@ from pathlib import Path
 import yaml
 
 from engage_sync import kinds
-from engage_sync.config.integration import integration_files
 
 
 def kind_named_in(path: Path) -> str:
@@ -26,6 +25,3 @@ def run_order(paths: list[Path]) -> list[Path]:
     """Integration files by their kind's rank, then by file name."""
     return sorted(paths, key=lambda p: (kinds.rank(kind_named_in(p)), p.name))
 
-
-def folder_in_order(folder: str | Path) -> list[Path]:
-    return run_order(integration_files(folder))

@@ -1,4 +1,4 @@
-"""Run ownership as a lease in the state database (issue 12, hole 5).
+"""Run ownership as a lease in the state database.
 
 A run is owned by one process, named by an owner token unique to that attempt (host, pid and
 a random part). The owner holds a lease: `lease_until` on the run's row, renewed by a
@@ -19,22 +19,15 @@ Hosts compare `lease_until` against their own UTC clock when taking over: keep c
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 from engage_sync.errors import LeaseLost
+from engage_sync.state.owners import new_owner as new_owner  # the run's token, built there
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger("engage_sync.run.lease")
-
-
-def new_owner() -> str:
-    """An owner token unique to one attempt of one run."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Lease:

@@ -24,13 +24,9 @@ from typing import Any
 from engage_sync.cursor.progress import Cursor, decode_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import RunRefused
-from engage_sync.state.store import (
-    JournalEntry,
-    StateStore,
-    owner_alive,
-    owner_gone_here,
-    owner_token,
-)
+from engage_sync.state.owners import owner_alive, owner_gone_here, owner_token
+from engage_sync.state.records import JournalEntry
+from engage_sync.state.store import StateStore
 
 log = logging.getLogger("engage_sync.run.resume")
 

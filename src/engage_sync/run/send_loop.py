@@ -23,13 +23,14 @@ from typing import Any
 
 from engage_sync.cursor.progress import Cursor, Progress, Segment, digest
 from engage_sync.deliver.deliverer import Deliverer
-from engage_sync.deliver.resends import resent_after_doubt
+from engage_sync.deliver.doubled import resent_after_doubt
 from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
 from engage_sync.items import Item, users_of
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
+from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import AFTER_DOUBT, request_position, unmapped_position
-from engage_sync.state.store import JournalEntry, Settlement, StateStore
+from engage_sync.state.store import StateStore
 
 log = logging.getLogger("engage_sync.run.send_loop")
 
@@ -212,7 +213,7 @@ class SendLoop:
         self.ctx.report()
 
     def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
-        """How the request ended, with the rows that may be doubled (`resends`)."""
+        """How the request ended, with the rows that may be doubled (`deliver.doubled`)."""
         settlement = self._ended(segment, future)
         if not self.ctx.names_duplicates or future.exception() is not None \
                 or not resent_after_doubt(future.result()):

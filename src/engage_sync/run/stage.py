@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from engage_sync.items import Item, Outcome
+from engage_sync.items import Item, RowOutcome
 
 
 class Stage(Protocol):
     def open(self) -> None: ...
 
-    def batch(self, outcomes: list[Outcome]) -> None: ...
+    def batch(self, outcomes: list[RowOutcome]) -> None: ...
 
     def skipped(self, items: Sequence[Item]) -> None: ...
 
@@ -51,7 +51,7 @@ class Stages:
         for stage in self.stages:
             stage.open()
 
-    def batch(self, outcomes: list[Outcome]) -> None:
+    def batch(self, outcomes: list[RowOutcome]) -> None:
         for stage in self.stages:
             stage.batch(outcomes)
 

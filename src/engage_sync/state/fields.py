@@ -8,7 +8,8 @@ table modifies one random page of a large B-tree per user, and SQLite writes eve
 page to its WAL at every commit (~25 µs a user at 1M users). Appending to the log is
 sequential (~2 µs a user); a fold then writes the keyed table once, in key order.
 
-Called by `state.StateStore` only, inside its transactions. Invariants:
+The functions taking a `Connection` run inside `StateStore`'s transactions; `FieldRecord` is
+the store's part that opens them (a mixin using only `self.engine`). Invariants:
 - `log` is called in the transaction that settles the requests the deltas come from, so a
   delta is logged if and only if its acknowledgement is settled;
 - the record of a user is its `engage_fields` row with the user's logged deltas applied in
@@ -27,10 +28,11 @@ Called by `state.StateStore` only, inside its transactions. Invariants:
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
 import xxhash
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.state.field_codec import decode, encode, merged, user_key
 from engage_sync.state.schema import field_log, fields
@@ -208,3 +210,55 @@ def forget(conn: Connection, integration: str) -> int:
     mark = _mark(conn)
     return int(conn.exec_driver_sql(
         f"DELETE FROM {fields.name} WHERE integration = {mark}", (integration,)).rowcount)
+
+
+class FieldRecord:
+    """The StateStore's methods for the field record, each in a transaction of its own."""
+
+    engine: Engine
+
+    def field_digests(self, integration: str, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """user key → the digests the service acknowledged (`field_diff.decode`)."""
+        with self.engine.connect() as conn:
+            return lookup(conn, integration, keys)
+
+    def fold_fields(self, integration: str) -> int:
+        """Move the integration's logged field digests into its record (`fold`); returns how
+        many deltas were folded."""
+        with self.engine.begin() as conn:
+            return fold(conn, integration)
+
+    def store_field_file(self, integration: str, path: str, table: str) -> int:
+        """Write the whole records a helper kept in the SQLite file `path` (`table`: user_key
+        primary key, digests) over the integration's record, in one transaction (on SQLite,
+        one statement: the file is attached); returns how many."""
+        if self.engine.dialect.name == "sqlite":
+            with self.engine.connect() as conn:  # ATTACH and DETACH: outside a transaction
+                conn.exec_driver_sql("ATTACH DATABASE ? AS helper", (path,))
+                conn.commit()
+                try:
+                    written = store_attached(conn, integration, "helper", table)
+                    conn.commit()
+                finally:
+                    conn.rollback()
+                    conn.exec_driver_sql("DETACH DATABASE helper")
+                    conn.commit()
+                return written
+        source = sqlite3.connect(path)
+        try:
+            with self.engine.begin() as conn:
+                return store(conn, integration, source.execute(
+                    f"SELECT user_key, digests FROM {table} ORDER BY user_key"))
+        finally:
+            source.close()
+
+    def has_field_record(self, integration: str) -> bool:
+        """Whether the integration's folded field record holds any user."""
+        with self.engine.connect() as conn:
+            return any_recorded(conn, integration)
+
+    def forget_fields(self, integration: str) -> int:
+        """Forget what the service acknowledged for this integration: its next run sends
+        every attribute. Returns the number of users forgotten."""
+        with self.engine.begin() as conn:
+            return forget(conn, integration)

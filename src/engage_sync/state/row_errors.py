@@ -1,7 +1,10 @@
-"""Row errors: where each is kept (its position) and the reasons engage-sync gives itself.
+"""Row errors: where each is kept (its position), the reasons engage-sync gives itself, and
+their records (part of `StateStore`, a mixin using only `self.engine`).
 
 A row error is keyed by (run, kind, position), so recording one twice (after a resume) is a
-no-op. This module is the one owner of how a position is written:
+no-op. A run's counts (`run_counts`) come from its journal (synced, failed, in doubt) and the
+rejected, unmapped and doubled rows recorded here. This module is the one owner of how a
+position is written:
 - a rejected row: its encoded cursor, `#n` for the n-th row of a tie (`cursor.ties`);
 - an item of a request that failed, was in doubt or may be doubled: `req<n>:<k>`;
 - a row of a request in flight when its run was killed: `crash:<encoded cursor>`;
@@ -10,7 +13,16 @@ no-op. This module is the one owner of how a position is written:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
 from engage_sync.cursor.progress import Cursor, encode_cursor
+from engage_sync.state.records import RunCounts, now
+from engage_sync.state.schema import journal, row_errors, runs, upsert
 
 IN_FLIGHT_AT_CRASH = "the run stopped while the request was in flight"
 """The reason of a row whose request was in flight when its run was killed."""
@@ -40,3 +52,81 @@ def crash_position(cursor: Cursor) -> str:
 def unmapped_position(req_no: int, k: int) -> str:
     """The position of the k-th error of request `req_no`'s answer that names no item."""
     return f"req{req_no}:unmapped:{k}"
+
+
+def insert_errors(conn: Connection, run_id: str, integration: str, kind: str,
+                  rows: list[tuple[str, str, str]]) -> None:
+    """Record row errors of one kind as (position, row key, reason); a second time, a no-op."""
+    at = now()
+    values = [{"run_id": run_id, "position": pos, "row_key": key, "kind": kind,
+               "integration": integration, "reason": reason[:1000], "recorded_at": at}
+              for pos, key, reason in rows]
+    upsert(conn, row_errors, values)
+
+
+def run_counts(conn: Connection, run_id: str) -> RunCounts:
+    """A run's counts: synced, failed and in doubt from its journal, the others from here."""
+    j = conn.execute(sa.select(
+        sa.func.coalesce(sa.func.sum(journal.c.synced), 0),
+        sa.func.coalesce(sa.func.sum(journal.c.failed), 0),
+        sa.func.coalesce(sa.func.sum(journal.c.in_doubt), 0),
+    ).where(journal.c.run_id == run_id)).one()
+    kinds = {str(kind): int(n) for kind, n in conn.execute(
+        sa.select(row_errors.c.kind, sa.func.count()).where(
+            row_errors.c.run_id == run_id,
+            row_errors.c.kind.in_(["rejected", "unmapped", "duplicate"]))
+        .group_by(row_errors.c.kind))}
+    return RunCounts(synced=int(j[0]), failed=int(j[1]), in_doubt=int(j[2]),
+                     rejected=int(kinds.get("rejected", 0)),
+                     unmapped=int(kinds.get("unmapped", 0)),
+                     duplicated=int(kinds.get("duplicate", 0)))
+
+
+class RowErrors:
+    """The StateStore's methods for row errors and run counts."""
+
+    engine: Engine
+
+    def record_errors(self, run_id: str, integration: str, kind: str,
+                      rows: Iterable[tuple[str, str, str]]) -> None:
+        """Row errors of one kind as (position, row key, reason); recording one twice is a
+        no-op."""
+        with self.engine.begin() as conn:
+            insert_errors(conn, run_id, integration, kind, list(rows))
+
+    def record_rejects(self, run_id: str, integration: str,
+                       rejects: Iterable[tuple[str, str, str]]) -> None:
+        """Rejects as (position, row key, reason); position is the encoded row cursor."""
+        with self.engine.begin() as conn:
+            insert_errors(conn, run_id, integration, "rejected", list(rejects))
+
+    def counts(self, run_id: str) -> RunCounts:
+        with self.engine.connect() as conn:
+            return run_counts(conn, run_id)
+
+    def errors(self, integration: str, limit: int = 100) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(row_errors).where(row_errors.c.integration == integration)
+                .order_by(row_errors.c.recorded_at.desc(), row_errors.c.row_key).limit(limit)
+            ).mappings().all()
+        return [dict(r) for r in rows]
+
+    def run_errors(self, run_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """(kind, row key, reason) of one run's row errors, by kind and position."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(row_errors.c.kind, row_errors.c.row_key, row_errors.c.reason)
+                .where(row_errors.c.run_id == run_id)
+                .order_by(row_errors.c.kind, row_errors.c.position).limit(limit)
+            ).mappings().all()
+        return [dict(r) for r in rows]
+
+    def prune_errors(self, older_than: datetime) -> int:
+        """Delete row errors recorded before `older_than`, except those of runs still running
+        (their rejects are counted again when they finish)."""
+        running = sa.select(runs.c.run_id).where(runs.c.job_status == "running")
+        with self.engine.begin() as conn:
+            return conn.execute(row_errors.delete().where(
+                row_errors.c.recorded_at < older_than,
+                row_errors.c.run_id.not_in(running))).rowcount

@@ -20,13 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import sqlalchemy as sa
-
-from engage_sync.state import store as state
 from engage_sync.state.store import StateStore
 
 PAGE_SIZE = 10
-JOB_STATUSES = ("running", "success", "partial", "error", "config_error")
 
 
 class InvalidCursor(ValueError):
@@ -136,22 +132,6 @@ class StatusPage:
         return ", ".join(links) or None
 
 
-def _seqs(store: StateStore, integration: str, *, at_most: int | None = None,
-          above: int | None = None, limit: int) -> list[int]:
-    """Run seqs of an integration: newest first at or below `at_most`, or oldest first above
-    `above`."""
-    runs = state.runs
-    query = sa.select(runs.c.seq).where(runs.c.integration == integration)
-    if above is not None:
-        query = query.where(runs.c.seq > above).order_by(runs.c.seq.asc())
-    else:
-        if at_most is not None:
-            query = query.where(runs.c.seq <= at_most)
-        query = query.order_by(runs.c.seq.desc())
-    with store.engine.connect() as conn:
-        return [int(s) for s in conn.scalars(query.limit(limit))]
-
-
 def page(store: StateStore, integration: str, cursor: str | None,
          *, extended: bool = True) -> StatusPage:
     """One page of 10 records, newest first. The Link rules of the service: no links when 10 or
@@ -164,32 +144,20 @@ def page(store: StateStore, integration: str, cursor: str | None,
     top: int | None = None
     if cursor is not None:
         top = decode_page_cursor(cursor)
-        if _seqs(store, integration, at_most=top, limit=1) != [top]:
+        if store.run_seqs(integration, at_most=top, limit=1) != [top]:
             raise InvalidCursor(cursor)
-    seqs = _seqs(store, integration, at_most=top, limit=PAGE_SIZE + 1)
+    seqs = store.run_seqs(integration, at_most=top, limit=PAGE_SIZE + 1)
     shown = seqs[:PAGE_SIZE]
-    results = [record(r, extended=extended) for r in _runs(store, integration, shown)]
+    results = [record(r, extended=extended) for r in store.runs_by_seq(integration, shown)]
     if store.count_runs(integration) <= PAGE_SIZE:
         return StatusPage(results, None, None)
     next_cursor = encode_page_cursor(seqs[PAGE_SIZE]) if len(seqs) > PAGE_SIZE else None
     prev_cursor = None
     if top is not None:
-        newer = _seqs(store, integration, above=top, limit=PAGE_SIZE)
+        newer = store.run_seqs(integration, above=top, limit=PAGE_SIZE)
         if newer:
             prev_cursor = encode_page_cursor(newer[-1])
     return StatusPage(results, prev_cursor, next_cursor)
-
-
-def _runs(store: StateStore, integration: str, seqs: list[int]) -> list[dict[str, Any]]:
-    if not seqs:
-        return []
-    runs = state.runs
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(runs).where(runs.c.integration == integration, runs.c.seq.in_(seqs))
-            .order_by(runs.c.seq.desc())
-        ).mappings().all()
-    return [dict(r) for r in rows]
 
 
 NO_KEY_VALUE = "(no value)"
@@ -205,18 +173,8 @@ def shown_key(row_key: str) -> str:
 def run_errors(store: StateStore, run_id: str, limit: int = 1000) -> list[dict[str, Any]]:
     """Rejected, failed and in-doubt rows of one run: kind, row key (as `shown_key`) and reason
     (no payload)."""
-    errs = state.row_errors
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(errs.c.kind, errs.c.row_key, errs.c.reason)
-            .where(errs.c.run_id == run_id).order_by(errs.c.kind, errs.c.position).limit(limit)
-        ).mappings().all()
+    rows = store.run_errors(run_id, limit)
     return [{**r, "row_key": shown_key(r["row_key"])} for r in rows]
-
-
-def integration_known(store: StateStore, integration: str) -> bool:
-    """Whether the state database holds any run of this integration."""
-    return store.count_runs(integration) > 0
 
 
 def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from engage_sync.diff.key_filter import CAPACITY, KeyFilter
+from engage_sync.diff.logged_users import CAPACITY, KeyFilter
 
 
 def _keys(n: int) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""Rows that may have reached the service twice (issue 12, hole 12).
+"""Rows that may have reached the service twice.
 
 Under `in_doubt: resend` a request whose answer was lost after the service may have processed
 it (500, 504, a timeout, a dropped connection) is sent again, and so is a request left in

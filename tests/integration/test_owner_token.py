@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 
-from engage_sync.state.store import owner_alive, owner_gone_here
+from engage_sync.state.owners import owner_alive, owner_gone_here
 
 
 def test_a_dead_local_owner_is_gone_whatever_its_attempt_part() -> None:

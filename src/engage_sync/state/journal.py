@@ -1,0 +1,159 @@
+"""The request journal: one entry per request a run sent, from before it leaves (`pending`) to
+how it ended (`acked`, `failed` or `in_doubt`).
+
+Part of `StateStore` (a mixin using only `self.engine`); the functions taking a `Connection`
+are the pieces of the store's transactions that also write runs and row errors. Invariants:
+- entries of one run cover contiguous ranges of the source order: entry n covers rows with
+  cursor in (end of entry n-1, end of entry n];
+- compacting a finished run's journal keeps its ranges and its counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, Row
+
+from engage_sync.cursor.progress import decode_cursor, encode_cursor
+from engage_sync.state.partitions import own_runs
+from engage_sync.state.records import JournalEntry, Settlement
+from engage_sync.state.row_errors import request_position
+from engage_sync.state.schema import SETTLED, journal, runs
+
+
+def insert_pending(conn: Connection, run_id: str, entries: Sequence[JournalEntry]) -> None:
+    """Journal requests about to be sent (state `pending`)."""
+    conn.execute(journal.insert(), [
+        {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
+         "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
+         "synced": 0, "failed": 0, "in_doubt": 0,
+         "item_keys": None if e.keys is None else json.dumps(e.keys)}
+        for e in entries
+    ])
+
+
+def settle_entries(conn: Connection, run_id: str, settlements: Sequence[Settlement]) -> None:
+    """Write how journaled requests ended (their state and row counts)."""
+    if not settlements:
+        return
+    assert all(s.state in SETTLED for s in settlements)
+    conn.execute(
+        journal.update()
+        .where(journal.c.run_id == run_id, journal.c.req_no == sa.bindparam("b_req"))
+        .values(state=sa.bindparam("b_state"), synced=sa.bindparam("b_synced"),
+                failed=sa.bindparam("b_failed"), in_doubt=sa.bindparam("b_doubt"),
+                reason=sa.bindparam("b_reason")),
+        [{"b_req": s.req_no, "b_state": s.state, "b_synced": s.synced,
+          "b_failed": len(s.failed), "b_doubt": len(s.in_doubt),
+          "b_reason": s.reason} for s in settlements])
+
+
+def pending_entries(conn: Connection, run_id: str) -> Sequence[Row[Any]]:
+    """(req_no, item_keys) of the run's entries still pending (left in flight by a crash)."""
+    return conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+        journal.c.run_id == run_id, journal.c.state == "pending")).all()
+
+
+def delete_pending(conn: Connection, run_id: str) -> int:
+    return int(conn.execute(journal.delete().where(
+        journal.c.run_id == run_id, journal.c.state == "pending")).rowcount)
+
+
+def pending_in_doubt(conn: Connection, run_id: str, reason: str) -> None:
+    """Settle the run's pending entries as in doubt: all their items, for `reason`."""
+    conn.execute(journal.update().where(
+        journal.c.run_id == run_id, journal.c.state == "pending",
+    ).values(state="in_doubt", in_doubt=journal.c.item_count, reason=reason))
+
+
+def named_items(entries: Sequence[Any], reason: str) -> list[tuple[str, str, str]]:
+    """Row errors naming the items of journal entries (req_no, item_keys) that kept keys."""
+    return [(request_position(r.req_no, k), key, reason) for r in entries
+            if r.item_keys is not None for k, key in enumerate(json.loads(r.item_keys))]
+
+
+class Journal:
+    """The StateStore's methods that read the journal, or write only the journal."""
+
+    engine: Engine
+
+    def journal_entries(self, run_id: str) -> list[JournalEntry]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
+                          journal.c.state, journal.c.item_count)
+                .where(journal.c.run_id == run_id).order_by(journal.c.req_no)
+            ).all()
+        return [JournalEntry(r.req_no, decode_cursor(r.start_cursor),
+                             decode_cursor(r.end_cursor) or (), r.item_count, r.state)
+                for r in rows]
+
+    def settled_ranges(self, integration: str, modes: Sequence[str]
+                       ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
+        """(start, end] cursor ranges of requests that runs of these modes (or their
+        partitions) sent and the service acknowledged or may have processed (in doubt), in
+        journal order, each with the row keys of its items (None when the journal did not keep
+        them). Partitions' ranges overlap each other; their keys do not."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
+                .join(runs, runs.c.run_id == journal.c.run_id)
+                .where(own_runs(integration), runs.c.mode.in_(list(modes)),
+                       journal.c.state.in_(["acked", "in_doubt", "pending"]))
+            ).all()
+        return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),
+                 None if r[2] is None else json.loads(r[2])) for r in rows]
+
+    def compact_journal(self, run_id: str) -> int:
+        """Merge a finished run's acknowledged, error-free requests that follow each other in
+        the source order into one entry: the ranges (which backfills consult) and the counts
+        stay the same, and the journal grows by a few rows per run, not one per request.
+        Returns the number of entries removed."""
+        with self.engine.begin() as conn:
+            rows = conn.execute(sa.select(
+                journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
+                journal.c.state, journal.c.failed, journal.c.in_doubt,
+                journal.c.item_count, journal.c.synced, journal.c.item_keys,
+            ).where(journal.c.run_id == run_id)).all()
+            removed: list[int] = []
+            for group in (g for g in _mergeable(rows) if len(g) > 1):
+                conn.execute(journal.update().where(
+                    journal.c.run_id == run_id, journal.c.req_no == group[0].req_no,
+                ).values(end_cursor=group[-1].end_cursor,
+                         item_count=sum(r.item_count for r in group),
+                         synced=sum(r.synced for r in group),
+                         item_keys=_merged_keys(r.item_keys for r in group)))
+                removed += [r.req_no for r in group[1:]]
+            for i in range(0, len(removed), 500):
+                conn.execute(journal.delete().where(
+                    journal.c.run_id == run_id, journal.c.req_no.in_(removed[i:i + 500])))
+        return len(removed)
+
+
+def _mergeable(rows: Sequence[Any]) -> list[list[Any]]:
+    """Entries in source order, grouped: a group is acked, error-free entries that follow
+    each other (a range ending where the next starts); any other entry is a group alone."""
+    ordered = sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
+    groups: list[list[Any]] = []
+    for r in ordered:
+        clean = r.state == "acked" and not r.failed and not r.in_doubt
+        prev = groups[-1][-1] if groups else None
+        if (clean and prev is not None and prev.state == "acked" and not prev.failed
+                and not prev.in_doubt and r.start_cursor == prev.end_cursor):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def _merged_keys(keys: Iterable[str | None]) -> str | None:
+    """The item keys of merged journal entries: all of them, or None if one lacks them."""
+    merged: list[str] = []
+    for text in keys:
+        if text is None:
+            return None
+        merged.extend(json.loads(text))
+    return json.dumps(merged)

@@ -1,0 +1,249 @@
+"""Run rows and integration cursors: opening, owning (the lease columns), moving and closing
+a run, and the cursor each integration resumes from.
+
+Part of `StateStore` (a mixin using only `self.engine`); the functions taking a `Connection`
+are the pieces the store's multi-table transactions are built from. Invariants:
+- a write fenced on an owner (`fence`) is rolled back unless that owner still holds the run;
+- a run's progress and its integration's cursor move together (`move_progress`), to where the
+  store's caller says the settled prefix ends (never back: the caller's rule, `cursor.progress`);
+- a run's row counts are written when it closes (`close_run`), from the journal and row errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from engage_sync.cursor.progress import decode_cursor, encode_cursor
+from engage_sync.errors import LeaseLost
+from engage_sync.state.owners import owner_token
+from engage_sync.state.records import RunCounts, now
+from engage_sync.state.schema import cursors, runs
+
+
+def fence(conn: Connection, run_id: str, owner: str | None) -> None:
+    """Within a write's transaction: raise LeaseLost (rolling the write back) unless
+    `owner` still owns the run. The row lock it takes orders it with a take-over."""
+    if owner is None:
+        return
+    held = conn.execute(runs.update().where(runs.c.run_id == run_id, runs.c.owner == owner)
+                        .values(owner=owner)).rowcount
+    if held != 1:
+        raise LeaseLost(f"run {run_id}: another process owns the run now; nothing written")
+
+
+def set_cursor(conn: Connection, integration: str, cursor: Sequence[Any]) -> None:
+    values = {"cursor": encode_cursor(cursor), "updated_at": now()}
+    done = conn.execute(
+        cursors.update().where(cursors.c.integration == integration).values(**values)
+    )
+    if done.rowcount == 0:
+        conn.execute(cursors.insert().values(integration=integration, **values))
+
+
+def move_progress(conn: Connection, run_id: str, integration: str,
+                  progress: Sequence[Any], move_cursor: bool) -> None:
+    """Set the run's progress and, if `move_cursor`, the integration's cursor to `progress`."""
+    conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+        progress=encode_cursor(progress), last_timestamp_synced=_iso(progress[0]),
+    ))
+    if move_cursor:
+        set_cursor(conn, integration, progress)
+
+
+def add_to_run(conn: Connection, run_id: str, **added: int) -> None:
+    """Add to counting columns of a run's row (e.g. `requests_sent`, `data_points_sent`)."""
+    conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+        {column: runs.c[column] + n for column, n in added.items()}))
+
+
+def close_run(conn: Connection, run_id: str, job_status: str, message: str | None,
+              counts: RunCounts, **more: int) -> None:
+    """Finish a run's row: its status, finish time, message and counts (and `more` columns)."""
+    conn.execute(runs.update().where(runs.c.run_id == run_id).values(
+        job_status=job_status, sync_finish_time=now(), message=message,
+        rows_synced=counts.synced, rows_failed_with_errors=counts.failed,
+        rows_in_doubt=counts.in_doubt, rows_rejected=counts.rejected,
+        errors_unmapped=counts.unmapped, rows_possibly_duplicated=counts.duplicated, **more,
+    ))
+
+
+class RunRows:
+    """The StateStore's methods for run rows, their leases and the integrations' cursors."""
+
+    engine: Engine
+
+    def cursor(self, integration: str) -> tuple[Any, ...] | None:
+        with self.engine.connect() as conn:
+            text = conn.scalar(
+                sa.select(cursors.c.cursor).where(cursors.c.integration == integration)
+            )
+        return decode_cursor(text)
+
+    def advance(self, run_id: str, integration: str, progress: Sequence[Any],
+                move_cursor: bool = True) -> None:
+        with self.engine.begin() as conn:
+            move_progress(conn, run_id, integration, progress, move_cursor)
+
+    def unfinished_run(self, integration: str, mode: str,
+                       scope: str | None = None) -> dict[str, Any] | None:
+        """The newest run of this integration, mode and scope (a backfill's range) still
+        `running` (to resume), if any."""
+        same_scope = runs.c.scope.is_(None) if scope is None else runs.c.scope == scope
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(runs)
+                .where(runs.c.integration == integration, runs.c.job_status == "running",
+                       runs.c.mode == mode, same_scope)
+                .order_by(runs.c.seq.desc())
+                .limit(1)
+            ).mappings().first()
+        return dict(row) if row else None
+
+    def open_run(
+        self,
+        integration: str,
+        mode: str,
+        window_start: Sequence[Any] | None,
+        signpost: datetime | None,
+        floor: datetime | None = None,
+        job_status: str = "running",
+        message: str | None = None,
+        scope: str | None = None,
+        owner: str | None = None,
+        lease_seconds: float | None = None,
+    ) -> str:
+        """A new run, owned by `owner` (default: this process) with a lease of
+        `lease_seconds` if given."""
+        run_id = str(uuid4())
+        lease_until = now() + timedelta(seconds=lease_seconds) if lease_seconds else None
+        with self.engine.begin() as conn:
+            seq = (conn.scalar(
+                sa.select(sa.func.max(runs.c.seq)).where(runs.c.integration == integration)
+            ) or 0) + 1
+            conn.execute(runs.insert().values(
+                run_id=run_id, integration=integration, seq=seq, mode=mode, scope=scope,
+                job_status=job_status, sync_start_time=now(),
+                window_start=encode_cursor(window_start),
+                signpost=encode_cursor([signpost]) if signpost else None,
+                floor=encode_cursor([floor]) if floor else None,
+                progress=encode_cursor(window_start), message=message,
+                owner=owner or owner_token(), lease_until=lease_until,
+                last_timestamp_synced=_iso(window_start[0]) if window_start else None,
+                rows_synced=0, rows_failed_with_errors=0, rows_rejected=0, rows_in_doubt=0,
+                requests_sent=0,
+            ))
+        return run_id
+
+    def take_over(self, run_id: str, owner: str, previous: str | None,
+                  lease_seconds: float, expired_only: bool = True) -> bool:
+        """Take an unfinished run over from `previous` if its lease expired (or it never had
+        one; any lease if not `expired_only`, for an owner known dead): a compare-and-set, so
+        of two processes racing for it one wins. Returns whether this one did."""
+        at = now()
+        same = runs.c.owner.is_(None) if previous is None else runs.c.owner == previous
+        expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < at)
+        with self.engine.begin() as conn:
+            return conn.execute(runs.update().where(
+                runs.c.run_id == run_id, same, expired if expired_only else sa.true(),
+            ).values(owner=owner, lease_until=at + timedelta(seconds=lease_seconds))
+            ).rowcount == 1
+
+    def renew_lease(self, run_id: str, owner: str, lease_seconds: float) -> bool:
+        """Extend the lease of a run `owner` still owns; False when it owns it no more."""
+        with self.engine.begin() as conn:
+            return conn.execute(runs.update().where(
+                runs.c.run_id == run_id, runs.c.owner == owner,
+                runs.c.job_status == "running",
+            ).values(lease_until=now() + timedelta(seconds=lease_seconds))).rowcount == 1
+
+    def release_lease(self, run_id: str, owner: str, message: str | None = None) -> None:
+        """Give up a run's lease without finishing it (it stopped on an error and is to be
+        resumed): the next start takes it over at once. Says why in its message."""
+        values: dict[str, Any] = {"lease_until": now()}
+        if message is not None:
+            values["message"] = message
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id, runs.c.owner == owner)
+                         .values(**values))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).mappings().one()
+        return dict(row)
+
+    def has_run(self, run_id: str) -> bool:
+        with self.engine.connect() as conn:
+            return conn.scalar(sa.select(runs.c.run_id).where(runs.c.run_id == run_id)) \
+                is not None
+
+    def set_run_count(self, run_id: str, column: str, value: int) -> None:
+        """Set one of a run's own counts that the journal does not hold (e.g.
+        `rows_skipped_null_cursor`)."""
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values({column: value}))
+
+    def add_diff_counts(self, run_id: str, unchanged: int, saved: int) -> None:
+        """Add rows the diff left unsent and the data points it saved to the run's record."""
+        if not unchanged and not saved:
+            return
+        with self.engine.begin() as conn:
+            add_to_run(conn, run_id, rows_unchanged=unchanged, data_points_saved=saved)
+
+    def set_message(self, run_id: str, message: str) -> None:
+        """Say why on a finished run's record (an alert), leaving its times and counts."""
+        with self.engine.begin() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(message=message))
+
+    def runs_newest_first(self, integration: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(runs).where(runs.c.integration == integration)
+                .order_by(runs.c.seq.desc()).offset(offset).limit(limit)
+            ).mappings().all()
+        return [dict(r) for r in rows]
+
+    def count_runs(self, integration: str) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
+                                   .where(runs.c.integration == integration)) or 0)
+
+    def run_seqs(self, integration: str, *, at_most: int | None = None,
+                 above: int | None = None, limit: int) -> list[int]:
+        """Run seqs of an integration: newest first at or below `at_most`, or oldest first
+        above `above` (the status pages)."""
+        query = sa.select(runs.c.seq).where(runs.c.integration == integration)
+        if above is not None:
+            query = query.where(runs.c.seq > above).order_by(runs.c.seq.asc())
+        else:
+            if at_most is not None:
+                query = query.where(runs.c.seq <= at_most)
+            query = query.order_by(runs.c.seq.desc())
+        with self.engine.connect() as conn:
+            return [int(s) for s in conn.scalars(query.limit(limit))]
+
+    def runs_by_seq(self, integration: str, seqs: Sequence[int]) -> list[dict[str, Any]]:
+        """The run rows of these seqs, newest first."""
+        if not seqs:
+            return []
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(runs).where(runs.c.integration == integration,
+                                      runs.c.seq.in_(list(seqs)))
+                .order_by(runs.c.seq.desc())
+            ).mappings().all()
+        return [dict(r) for r in rows]
+
+
+def _iso(value: Any) -> str:
+    """A cursor's first value as the run row's `last_timestamp_synced` (UTC, `Z`)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value)

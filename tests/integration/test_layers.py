@@ -1,0 +1,126 @@
+"""The house's plan holds: layers kept by import-linter (pyproject.toml), no import circle
+between any two modules (imports for types included), and the checks really fail when a
+forbidden import is added (each is proved on a copy of the sources)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(src: Path) -> subprocess.CompletedProcess[str]:
+    """import-linter over the packages found first in `src` (the repository's, or a copy)."""
+    return subprocess.run([str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                          cwd=ROOT, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+
+
+def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Every strongly connected set of more than one module (an import circle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _cycles_in(src: Path) -> list[list[str]]:
+    """The import circles of the packages found first in `src`, in a process of their own
+    (this one has the repository's imported already)."""
+    code = ("import json, grimp\n"
+            "from tests.integration.test_layers import _cycles\n"
+            "graph = grimp.build_graph('engage_sync', 'engage_sandbox', cache_dir=None)\n"
+            "print(json.dumps(_cycles(graph)))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": f"{src}:{ROOT}"})
+    assert done.returncode == 0, done.stderr
+    return [list(c) for c in json.loads(done.stdout)]
+
+
+def _copy(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    return src
+
+
+def test_the_layer_contracts_are_kept() -> None:
+    done = _lint(ROOT / "src")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_no_two_modules_import_each_other() -> None:
+    assert _cycles_in(ROOT / "src") == []
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("read/reader.py", "from engage_sync.deliver import deliverer", "Reading never sends"),
+    ("state/store.py", "from engage_sync.deliver import doubled",
+     "The state store knows nothing of HTTP delivery"),
+    ("kinds/base.py", "from engage_sync.state import store", "Kinds are pure"),
+    ("run/loop.py", "from engage_sync.partitions import scope", "The loop knows neither"),
+    ("config/integration.py", "from engage_sync import kinds", "The stages of a row"),
+])
+def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, line: str,
+                                                contract: str) -> None:
+    src = _copy(tmp_path)
+    target = src / "engage_sync" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    done = _lint(src)
+    assert done.returncode != 0
+    assert f"{contract}" in done.stdout and "BROKEN" in done.stdout, done.stdout
+
+
+def test_a_circle_between_two_modules_is_found(tmp_path: Path) -> None:
+    src = _copy(tmp_path)
+    window = src / "engage_sync" / "cursor" / "progress.py"
+    window.write_text(window.read_text() + "\nfrom engage_sync.cursor import window  # noqa\n")
+    assert ["engage_sync.cursor.progress", "engage_sync.cursor.window"] in _cycles_in(src)
+
+
+def test_a_file_parses_in_a_process_that_imported_only_the_config_layer() -> None:
+    """config.kind_registry loads the built-in kinds by name on first use: a process that
+    imports only the config layer still checks a file's kind (config never imports kinds)."""
+    code = ("import sys\n"
+            "from engage_sync.config.files import parse_integration\n"
+            "assert 'engage_sync.kinds' not in sys.modules\n"
+            "i = parse_integration({'kind': 'deletes', 'source': {'table': 't'}}, file='d.yaml')\n"
+            "assert i.section == 'deletes' and 'engage_sync.kinds' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
