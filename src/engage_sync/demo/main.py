@@ -28,7 +28,7 @@ from engage_sync.adapters import telemetry
 from engage_sync.demo.identity import SEED_TRACK_BODY, build_identity_tables, identity_effects
 
 DEMO_KEY = "sandbox-demo-key"  # SANDBOX ONLY: the demo seed's key, accepted by nothing else
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/engage_sync/demo/main.py
 
 
 def build_warehouse(path: Path, users: int = 200) -> None:
