@@ -70,6 +70,11 @@ class Kind:
         otherwise (`skip`) it is counted in doubt and not sent again."""
         return self.idempotent or integration.in_doubt == "resend"
 
+    def names_duplicates(self, integration: Integration) -> bool:
+        """Whether a request sent again may double rows, so their rows are named as possibly
+        duplicated: the in-doubt policy resends, and the kind is not idempotent."""
+        return self.resends_in_doubt(integration) and not self.idempotent
+
     def partition_column(self, integration: Integration) -> str | None:
         """The column whose hash decides a row's partition, or None: not partitionable."""
         return None if self.user_column is None else self.user_column(integration)

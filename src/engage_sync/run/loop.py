@@ -122,7 +122,8 @@ class Run:
             return record(done)
         opened = open_run(state, self.run_name, self.options.mode,
                           self.scope.resume_key(self.options), self.resend_in_doubt,
-                          self.new_window, self._before, idempotent=self.kind.idempotent,
+                          self.new_window, self._before,
+                          name_duplicates=self.kind.names_duplicates(self.i),
                           owner=self.owner, lease_seconds=self.i.lease_seconds)
         opened.window = self.scope.narrow(opened.window)
         self.run_id = opened.run_id
@@ -230,7 +231,7 @@ class Run:
             may_move_cursor=lambda position: may_move_cursor(mode, stored, position,
                                                              not moves),
             counts=self.counts, report=self.report, on_settled=self.stages.settled,
-            names_duplicates=self.resend_in_doubt and not self.kind.idempotent,
+            names_duplicates=self.kind.names_duplicates(self.i),
             owner=self.owner,
         ), progress)
 

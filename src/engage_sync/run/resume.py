@@ -45,13 +45,14 @@ class Opened:
 
 def open_run(state: StateStore, name: str, mode: str, scope: str | None,
              resend_in_doubt: bool, new_window: Callable[[], Window],
-             before: Callable[[], Any], idempotent: bool = True, owner: str | None = None,
+             before: Callable[[], Any], name_duplicates: bool = False,
+             owner: str | None = None,
              lease_seconds: float = 60) -> Opened:
     """Resume the integration's unfinished run of this mode and scope, or open a new one on
     `new_window()`, owned by `owner` with a lease. Raises RunRefused when the unfinished run's
     lease has not expired (or another process took it over first). Requests in
-    flight at the crash that are sent again name their rows as possibly doubled unless the
-    kind is `idempotent`."""
+    flight at the crash that are sent again name their rows as possibly doubled when
+    `name_duplicates` (`Kind.names_duplicates`)."""
     resumed = state.unfinished_run(name, mode, scope)
     if resumed is None:
         window = new_window()
@@ -67,7 +68,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
                          "another process; one run per integration at a time")
     crashed: set[int] = set()
     if resend_in_doubt:
-        state.drop_pending(run_id, name, name_duplicates=not idempotent)
+        state.drop_pending(run_id, name, name_duplicates=name_duplicates)
     else:  # at most once: what was in flight at the crash is in doubt, not re-sent
         crashed = state.mark_pending_in_doubt(run_id, name)
     signpost = decode_cursor(resumed["signpost"])
