@@ -168,27 +168,25 @@ def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
         conn.execute(table.insert().values(**value))
 
 
-def add_missing_columns(engine: sa.Engine) -> list[str]:
+def add_missing_columns(conn: Connection) -> list[str]:
     """Add the columns this version declares that an older state database lacks (each is
-    nullable or has a server default, so existing rows stay valid). Returns "table.column" of
-    each added."""
-    inspector = sa.inspect(engine)
+    nullable or has a server default, so existing rows stay valid), in the caller's
+    transaction. Returns "table.column" of each added."""
+    inspector = sa.inspect(conn)
     added: list[str] = []
-    with engine.begin() as conn:
-        for table in metadata.sorted_tables:
-            have = {c["name"] for c in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name in have:
-                    continue
-                kind = column.type.compile(dialect=conn.dialect)
-                if column.server_default is not None:
-                    default = column.server_default.arg  # type: ignore[attr-defined]
-                    kind += f" NOT NULL DEFAULT {default}"
-                else:
-                    assert column.nullable, f"{table.name}.{column.name} needs a default"
-                conn.exec_driver_sql(
-                    f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
-                added.append(f"{table.name}.{column.name}")
+    for table in metadata.sorted_tables:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in have:
+                continue
+            kind = column.type.compile(dialect=conn.dialect)
+            if column.server_default is not None:
+                default = column.server_default.arg  # type: ignore[attr-defined]
+                kind += f" NOT NULL DEFAULT {default}"
+            else:
+                assert column.nullable, f"{table.name}.{column.name} needs a default"
+            conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+            added.append(f"{table.name}.{column.name}")
     return added
 
 

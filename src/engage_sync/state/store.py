@@ -32,6 +32,7 @@ from engage_sync.state import journal
 from engage_sync.state.acks import Acks, insert_acks
 from engage_sync.state.fields import FieldRecord
 from engage_sync.state.journal import Journal
+from engage_sync.state.migrations import ensure_schema
 from engage_sync.state.partitions import PartitionRuns
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import (
@@ -41,16 +42,17 @@ from engage_sync.state.row_errors import (
     insert_errors,
 )
 from engage_sync.state.runs import RunRows, add_to_run, close_run, fence, move_progress
-from engage_sync.state.schema import add_missing_columns, metadata, sqlite_pragmas
+from engage_sync.state.schema import sqlite_pragmas
 
 
 class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns):
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
     def __init__(self, engine: Engine) -> None:
+        """Opens the store on `engine`, creating or upgrading its schema in place
+        (`migrations.ensure_schema`: safe with other processes doing the same)."""
         self.engine = engine
-        metadata.create_all(engine)
-        add_missing_columns(engine)
+        ensure_schema(engine)
 
     @classmethod
     def from_url(cls, url: str) -> StateStore:
