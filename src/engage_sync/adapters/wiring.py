@@ -59,10 +59,12 @@ def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.En
     processes (the workers of a partitioned run) may read it at once."""
     url = secrets.expand(integration.warehouse.url, integration=integration.name,
                          key="warehouse.url")
+    connect_args = secrets.connect_args(integration.warehouse.connect_args, integration.name)
     try:
         duckdb = url.startswith("duckdb:")
-        engine = sa.create_engine(url, **(
-            {"connect_args": {"read_only": True}} if read_only and duckdb else {}))
+        if read_only and duckdb:
+            connect_args["read_only"] = True
+        engine = sa.create_engine(url, **({"connect_args": connect_args} if connect_args else {}))
         if duckdb:
             duckdb_turns.take_turns(engine)
         if duckdb and "memory_limit" not in url:

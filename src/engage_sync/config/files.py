@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from engage_sync.config import yaml_text
 from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError
 
@@ -66,7 +67,7 @@ def load_integration(path: str | Path) -> Integration:
     except OSError as exc:
         raise ConfigError(f"cannot read the file ({exc.strerror})", file=str(path)) from exc
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml_text.load(text)
     except yaml.YAMLError as exc:
         problem = _yaml_problem(exc)
     else:

@@ -69,6 +69,10 @@ class Warehouse(Frozen):
     """Where rows come from. `url` is a SQLAlchemy URL and may hold `${ENV_VAR}` references."""
 
     url: str = "duckdb:///warehouse.duckdb"
+    connect_args: dict[str, Any] = Field(default_factory=dict)
+    """Handed to the driver's connect() as they are (a host, a private key file and its
+    passphrase, a token, an HTTP path...); string values may hold `${VAR}` references,
+    expanded at run time. Never logged, never in an error or a record."""
     reader: Literal["auto", "sqlalchemy"] = "auto"
     """`auto`: Arrow-native where the project has a reader for the dialect (DuckDB; PostgreSQL
     through ADBC when `adbc-driver-postgresql` is installed); `sqlalchemy`: rows through

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -17,7 +18,9 @@ from engage_sync.errors import ConfigError
 
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 """A portable environment variable name (POSIX shells accept no other)."""
-_REF = re.compile(r"\$\{(" + ENV_NAME + r")(?::-([^}]*))?\}")
+REFERENCE = re.compile(r"\$\{(" + ENV_NAME + r")(?::-([^}]*))?\}")
+"""A reference to an environment variable: `${NAME}` or `${NAME:-default}`."""
+_REF = REFERENCE
 _ENV_NAME = re.compile(ENV_NAME)
 
 
@@ -45,6 +48,27 @@ def expand(value: str, env: Mapping[str, str] | None = None, *, integration: str
         return env[name]
 
     return _REF.sub(sub, value)
+
+
+def expand_all(value: Any, env: Mapping[str, str] | None = None, *, integration: str,
+               key: str) -> Any:
+    """`value` with the references of every string in it expanded (`expand`), nested mappings
+    and lists included; a missing variable is a ConfigError naming its key (`key.sub`)."""
+    if isinstance(value, str):
+        return expand(value, env, integration=integration, key=key)
+    if isinstance(value, dict):
+        return {k: expand_all(v, env, integration=integration, key=f"{key}.{k}")
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_all(v, env, integration=integration, key=f"{key}[{n}]")
+                for n, v in enumerate(value)]
+    return value
+
+
+def connect_args(warehouse_args: Mapping[str, Any], integration: str) -> dict[str, Any]:
+    """`warehouse.connect_args` as the driver gets them: every reference expanded."""
+    return dict(expand_all(dict(warehouse_args), integration=integration,
+                           key="warehouse.connect_args"))
 
 
 def api_key(integration: str, env_var: str, env: Mapping[str, str] | None = None) -> str:

@@ -16,7 +16,7 @@ memory, never in a message.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -31,9 +31,12 @@ def available() -> bool:
     return importlib.util.find_spec("adbc_driver_postgresql") is not None
 
 
-def libpq_uri(url: sa.URL) -> str:
-    """A SQLAlchemy PostgreSQL URL (any driver) as a libpq URI, query options kept."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+def libpq_uri(url: sa.URL, connect_args: Mapping[str, Any] | None = None) -> str:
+    """A SQLAlchemy PostgreSQL URL (any driver) as a libpq URI, query options kept, and
+    `connect_args` (libpq keywords, as psycopg takes them) added to its query."""
+    extra = {k: str(v) for k, v in (connect_args or {}).items()}
+    return url.set(drivername="postgresql").update_query_dict(extra).render_as_string(
+        hide_password=False)
 
 
 def compiled(query: sa.Select[Any]) -> tuple[str, list[Any]]:
@@ -42,13 +45,14 @@ def compiled(query: sa.Select[Any]) -> tuple[str, list[Any]]:
     return str(c), [c.params[name] for name in (c.positiontup or [])]
 
 
-def batches(url: sa.URL, query: sa.Select[Any], batch_rows: int) -> Iterator[pa.RecordBatch]:
+def batches(url: sa.URL, query: sa.Select[Any], batch_rows: int,
+            connect_args: Mapping[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
     """The query's rows as record batches of at most `batch_rows` rows. Raises the driver's
     errors (`adbc_driver_manager.Error`); the caller translates them."""
     import adbc_driver_postgresql.dbapi as adbc
 
     sql, params = compiled(query)
-    with adbc.connect(libpq_uri(url)) as conn, conn.cursor() as cur:
+    with adbc.connect(libpq_uri(url, connect_args)) as conn, conn.cursor() as cur:
         cur.adbc_statement.set_options(
             **{"adbc.postgresql.batch_size_hint_bytes": _BATCH_BYTES})
         cur.execute(sql, parameters=params or None)

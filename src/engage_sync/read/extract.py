@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -53,6 +53,9 @@ class SourceSpec:
     partition_column: str | None = None
     """The column whose hash decides a row's partition (the user's key), if the kind can be
     partitioned."""
+    connect_args: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
+    hand them to the driver too. Never shown (not in the repr)."""
 
     @property
     def position_columns(self) -> list[str]:
@@ -233,7 +236,7 @@ def _adbc_batches(engine: Engine, spec: SourceSpec, query: sa.Select[Any], batch
     from adbc_driver_manager import Error as AdbcError
 
     try:
-        yield from extract_adbc.batches(engine.url, query, batch_rows)
+        yield from extract_adbc.batches(engine.url, query, batch_rows, spec.connect_args)
     except (AdbcError, OSError, pa.ArrowException) as exc:  # errors mid-stream come as Arrow's
         raise SourceError(
             f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 from sqlalchemy.engine import Engine
 
+from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.cursor.null_keys import null_key_reasons, position_value
 from engage_sync.cursor.progress import REJECTED, Cursor, digest, stamp
@@ -72,6 +73,8 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         null_cursor_oldest=integration.null_cursor == "oldest",
         digested=integration.hidden_key_columns,
         partition_column=kind.partition_column(integration),
+        connect_args=secrets.connect_args(integration.warehouse.connect_args,
+                                          integration.name),
     )
 
 
