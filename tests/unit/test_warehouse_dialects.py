@@ -117,8 +117,8 @@ def test_objects_become_json_documents_never_python_reprs() -> None:
 
 
 PARTITION_SQL = {  # each warehouse's md5 → leading 8 hex digits → integer → mod N
-    "snowflake": "MOD(TO_NUMBER(SUBSTR(MD5(COALESCE(CAST(\"EXTERNAL_ID\" AS VARCHAR), '')), "
-                 "1, 8), 'XXXXXXXX'), ",
+    "snowflake": "MOD((POSITION(SUBSTR(MD5(COALESCE(CAST(\"EXTERNAL_ID\" AS VARCHAR), '')), "
+                 "1, 1) IN '0123456789abcdef') - 1) * 268435456 + ",
     "bigquery": "MOD(CAST(CONCAT('0x', SUBSTR(TO_HEX(MD5(COALESCE(CAST(`EXTERNAL_ID` AS "
                 "STRING), ''))), 1, 8)) AS INT64), ",
     "redshift": "MOD(STRTOL(SUBSTRING(MD5(COALESCE(CAST(\"EXTERNAL_ID\" AS VARCHAR), '')), "
