@@ -29,6 +29,7 @@ from engage_sync.state import field_codec
 from engage_sync.state import fields as field_record
 from engage_sync.state.schema import fields
 from engage_sync.state.store import StateStore
+from tests.snowflake_emulator import Emulator, snowflake_emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 1, 1, 0, 0, 0)
@@ -43,6 +44,13 @@ def sandbox() -> Iterator[SandboxHandle]:
     )
     with run_sandbox(settings=settings) as handle:
         yield handle
+
+
+@pytest.fixture(scope="session")
+def snowflake() -> Iterator[Emulator]:
+    """Snowflake's emulator (fakesnow's HTTP server) on loopback, for the session."""
+    with snowflake_emulator() as emulator:
+        yield emulator
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ partition bucket's SQL is evaluated by the emulator)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,10 @@ from engage_sync.adapters.wiring import sync_file
 from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, write_integration
-from tests.snowflake_emulator import PASSWORD, Emulator, snowflake_emulator
+from tests.snowflake_emulator import PASSWORD, Emulator
 
 USERS = 500
 CHANGED = 100
-
-
-@pytest.fixture(scope="module")
-def snowflake() -> Iterator[Emulator]:
-    with snowflake_emulator() as emulator:
-        yield emulator
 
 
 def _rows(at: str, first: int, last: int, plan: str, offset: int = 0) -> str:

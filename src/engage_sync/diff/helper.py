@@ -131,13 +131,17 @@ class FieldHelper:
         self._proc.stdin.flush()
 
     def _write(self) -> None:
+        """The writer thread: frames to the pipe until None; the pipe is closed however the
+        thread ends (a helper killed mid-write breaks the pipe under it)."""
+        assert self._proc.stdin is not None
         try:
             while (obj := self._queue.get()) is not None:
                 self._put(obj)
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
         except BaseException as exc:  # reported by `hand` and `finish`
             self._broken = exc
+        finally:
+            with contextlib.suppress(OSError):  # a broken pipe may refuse its last flush
+                self._proc.stdin.close()
 
     def _enqueue(self, obj: Any) -> None:
         """Queue for the writer; while the queue is full, check that the helper still runs."""

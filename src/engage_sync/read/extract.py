@@ -216,6 +216,8 @@ def stream_batches(
                 yield from _duckdb_batches(conn, query, batch_rows)
             elif _arrow_native(engine, spec):
                 yield from _adbc_batches(engine, spec, query, batch_rows)
+            elif engine.dialect.name == "snowflake" and spec.reader != "sqlalchemy":
+                yield from _snowflake_batches(conn, query, spec.names, batch_rows)
             else:
                 yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
@@ -301,6 +303,31 @@ def _duckdb_batches(
     for batch in reader:
         if batch.num_rows:
             yield batch
+
+
+def _snowflake_batches(conn: Connection, query: sa.Select[Any], names: Sequence[str],
+                       batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Snowflake's own Arrow result batches (the connector's `fetch_arrow_batches`), executed
+    through SQLAlchemy so the parameters are bound as the row reader binds them. Columns are
+    named as the row reader names them; nanosecond timestamps become microseconds (Python's
+    datetimes, as the row reader's); VARIANT columns are JSON text, as the row reader's."""
+    cursor = conn.execute(query).cursor
+    try:
+        for table in cursor.fetch_arrow_batches():
+            table = _microseconds(table).rename_columns(list(names))
+            for batch in table.to_batches(max_chunksize=batch_rows):
+                if batch.num_rows:
+                    yield batch
+    finally:
+        cursor.close()
+
+
+def _microseconds(table: pa.Table) -> pa.Table:
+    for k, column in enumerate(table.schema):
+        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
+            table = table.set_column(k, column.name, table.column(k).cast(
+                pa.timestamp("us", column.type.tz)))
+    return table
 
 
 def _generic_batches(
