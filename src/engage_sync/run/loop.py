@@ -18,7 +18,6 @@ kind's name, on partitions or on the diff. No Prefect here: flows call `run_sync
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +32,6 @@ from engage_sync.cursor.progress import Cursor, Progress, may_move_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.diff.helper import helper_after
 from engage_sync.errors import LeaseLost, RunRefused, SyncError
 from engage_sync.items import UNCHANGED, Item
 from engage_sync.read.extract import count_rows
@@ -67,9 +65,6 @@ class Deps:
     budgets: RateBudgets = field(default_factory=RateBudgets)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     on_progress: Callable[[dict[str, int]], None] | None = None
-    field_helper_after: int | None = field(
-        default_factory=lambda: helper_after(os.environ))
-    """Items a first diffed run digests before a helper process takes over (`diff.helper`)."""
 
 
 def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions(),
@@ -92,8 +87,7 @@ class Run:
         self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
         self.lookback = integration.lookback if options.mode == "incremental" else None
         self.stored: Cursor | None = stored_cursor(deps.state, integration)  # at the open
-        self.stages = stages_for(integration, self.kind, deps.state, options,
-                                 scope.own_process, deps.field_helper_after)
+        self.stages = stages_for(integration, self.kind, deps.state, options, scope.own_process)
         self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops())
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0}
@@ -168,7 +162,7 @@ class Run:
             for rows in self.reader.batches(window, self._record_rejects):
                 self.stages.batch(rows.outcomes)
                 self._take(rows, skipper, cutter, opened.crashed)
-                self.deps.state.add_diff_counts(self.run_id, *self.stages.take_counts())
+                self.deps.state.add_saved_counts(self.run_id, *self.stages.take_counts())
             cutter.finish()
             loop.drain()
             self.stages.close()

@@ -7,7 +7,11 @@ process (not a partition on a worker) and records something (not a dry run).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from engage_sync.config.integration import Integration
+from engage_sync.diff.helper import helper_after
 from engage_sync.diff.stage import diff_stage
 from engage_sync.kinds import Kind
 from engage_sync.run.options import RunOptions
@@ -16,10 +20,13 @@ from engage_sync.state.store import StateStore
 
 
 def stages_for(integration: Integration, kind: Kind, state: StateStore, options: RunOptions,
-               own_process: bool, helper_after: int | None) -> Stages:
+               own_process: bool, environ: Mapping[str, str] = os.environ) -> Stages:
+    """The run's stages; raises ConfigError for a bad ENGAGE_SYNC_FIELD_HELPER_AFTER in
+    `environ`, dry runs included (the setting is checked where it is read)."""
     stages: list[Stage] = []
     if kind.diffs(integration):
+        after = helper_after(environ)
         stages.append(diff_stage(
             integration.name, state, refresh=options.mode != "incremental",
-            helper_after=helper_after if own_process and not options.dry_run else None))
+            helper_after=after if own_process and not options.dry_run else None))
     return Stages(stages)

@@ -188,8 +188,9 @@ class RunRows:
         with self.engine.begin() as conn:
             conn.execute(runs.update().where(runs.c.run_id == run_id).values({column: value}))
 
-    def add_diff_counts(self, run_id: str, unchanged: int, saved: int) -> None:
-        """Add rows the diff left unsent and the data points it saved to the run's record."""
+    def add_saved_counts(self, run_id: str, unchanged: int, saved: int) -> None:
+        """Add rows a stage left unsent and the data points it saved (the field diff) to the
+        run's record."""
         if not unchanged and not saved:
             return
         with self.engine.begin() as conn:
