@@ -63,3 +63,4 @@ def test_no_value_of_connect_args_is_shown(
     shown = [str(failed.value), caplog.text, *(str(r) for r in state.runs_newest_first(
         "users", 0, 10))]
     assert not any(SECRET in text for text in shown)
+    assert "check the host and port" in str(failed.value)  # the fix is named

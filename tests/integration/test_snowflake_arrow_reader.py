@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.cursor.window import Window
-from engage_sync.read import extract
+from engage_sync.read import snowflake_arrow
 from engage_sync.read.extract import SourceSpec, stream_batches
 from tests.snowflake_emulator import Emulator
 
@@ -67,14 +67,14 @@ def read(engine: sa.Engine, reader: str, window: Window) -> list[tuple[Any, ...]
 def test_both_readers_return_the_same_rows_in_the_same_order(
         engine: sa.Engine, start: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     arrow_batches = []
-    real = extract._snowflake_batches
+    real = snowflake_arrow.batches
 
     def counted(*args: Any) -> Any:
         for batch in real(*args):
             arrow_batches.append(batch.num_rows)
             yield batch
 
-    monkeypatch.setattr(extract, "_snowflake_batches", counted)
+    monkeypatch.setattr(snowflake_arrow, "batches", counted)
     everything = read(engine, "sqlalchemy", Window(start=None, signpost=None))
     assert len(everything) == 300
     cursor = None if start is None else everything[start][:2]  # inside a tie on UPDATED_AT

@@ -31,7 +31,7 @@ from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window, align
 from engage_sync.errors import SourceError
 from engage_sync.read import adbc as extract_adbc
-from engage_sync.read import key_digest
+from engage_sync.read import key_digest, snowflake_arrow, warehouse_hints
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +90,13 @@ def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
         )
         actual = list(conn.execute(probe).keys())
     except sa.exc.SQLAlchemyError as exc:
+        said = _first_line(exc)
+        fix = warehouse_hints.hint(conn.dialect.name, said) or (
+            "check source.table / source.query / source.schema in the integration file, or "
+            "create the table")
         raise SourceError(
-            f"integration {spec.integration}: cannot read the source "
-            f"({_what(spec)}): {_first_line(exc)}; check source.table / source.query / "
-            f"source.schema in the integration file, or create the table"
-        ) from exc
+            f"integration {spec.integration}: cannot read the source ({_what(spec)}): "
+            f"{said}; {fix}") from exc
     exact = {a: a for a in actual}
     folded: dict[str, list[str]] = {}
     for a in actual:
@@ -217,7 +219,7 @@ def stream_batches(
             elif _arrow_native(engine, spec):
                 yield from _adbc_batches(engine, spec, query, batch_rows)
             elif engine.dialect.name == "snowflake" and spec.reader != "sqlalchemy":
-                yield from _snowflake_batches(conn, query, spec.names, batch_rows)
+                yield from snowflake_arrow.batches(conn, query, spec.names, batch_rows)
             else:
                 yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
@@ -305,31 +307,6 @@ def _duckdb_batches(
             yield batch
 
 
-def _snowflake_batches(conn: Connection, query: sa.Select[Any], names: Sequence[str],
-                       batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """Snowflake's own Arrow result batches (the connector's `fetch_arrow_batches`), executed
-    through SQLAlchemy so the parameters are bound as the row reader binds them. Columns are
-    named as the row reader names them; nanosecond timestamps become microseconds (Python's
-    datetimes, as the row reader's); VARIANT columns are JSON text, as the row reader's."""
-    cursor = conn.execute(query).cursor
-    try:
-        for table in cursor.fetch_arrow_batches():
-            table = _microseconds(table).rename_columns(list(names))
-            for batch in table.to_batches(max_chunksize=batch_rows):
-                if batch.num_rows:
-                    yield batch
-    finally:
-        cursor.close()
-
-
-def _microseconds(table: pa.Table) -> pa.Table:
-    for k, column in enumerate(table.schema):
-        if pa.types.is_timestamp(column.type) and column.type.unit == "ns":
-            table = table.set_column(k, column.name, table.column(k).cast(
-                pa.timestamp("us", column.type.tz)))
-    return table
-
-
 def _generic_batches(
     conn: Connection, query: sa.Select[Any], names: Sequence[str], batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
@@ -385,10 +362,12 @@ def connected(engine: Engine, spec: SourceSpec) -> Iterator[Connection]:
     try:
         conn = engine.connect()
     except sa.exc.SQLAlchemyError as exc:
+        said = _first_line(exc)
+        fix = warehouse_hints.hint(engine.dialect.name, said) or (
+            "check warehouse.url in the integration file and that the warehouse is up")
         raise SourceError(
-            f"integration {spec.integration}: cannot connect to the warehouse: "
-            f"{_first_line(exc)}; check warehouse.url in the integration file and that the "
-            f"warehouse is up") from exc
+            f"integration {spec.integration}: cannot connect to the warehouse: {said}; "
+            f"{fix}") from exc
     with conn:
         yield conn
 

@@ -1,0 +1,48 @@
+"""The fix named for each warehouse's common failures (pure: the drivers' own first lines, as
+they word them), and none where nothing is known: the caller's general advice stands."""
+
+from __future__ import annotations
+
+import pytest
+
+from engage_sync.read.warehouse_hints import hint
+
+CASES = [
+    ("snowflake", "250001 (08001): Failed to connect to DB: xy12345.snowflakecomputing.com:443. "
+     "Incorrect username or password was specified.", "key pair in warehouse.connect_args"),
+    ("snowflake", "250001 (08001): JWT token is invalid.", "RSA_PUBLIC_KEY"),
+    ("snowflake", "000606 (57P03): No active warehouse selected in the current session.",
+     "?warehouse=NAME"),
+    ("snowflake", "002003 (02000): SQL compilation error: Role 'SYNC' does not exist or not "
+     "authorized.", "?role="),
+    ("snowflake", "250003: Failed to get the response. Hanging? method: post, url: https://"
+     "bad-account.snowflakecomputing.com:443/session/v1/login-request", None),
+    ("bigquery", "404 Not found: Dataset my-project:analytics was not found in location US",
+     "?location="),
+    ("bigquery", "Your default credentials were not found. Could not automatically determine "
+     "credentials.", "?credentials_path="),
+    ("bigquery", "403 Access Denied: Table my-project:analytics.users: User does not have "
+     "permission to query table", "Data Viewer"),
+    ("databricks", "Error during request to server: Invalid access token.", "the token"),
+    ("redshift", "FATAL: password authentication failed for user \"sync\"", "IAM"),
+    ("postgresql", "connection failed: FATAL:  password authentication failed for user \"x\"",
+     "connect_args.password"),
+    ("postgresql", "connection to server at \"127.0.0.1\", port 1 failed: Connection refused",
+     "host and port"),
+    ("duckdb", "Catalog Error: Table with name users_sync does not exist!", None),
+]
+
+
+@pytest.mark.parametrize(("dialect", "said", "named"), CASES)
+def test_the_fix_is_named(dialect: str, said: str, named: str | None) -> None:
+    fix = hint(dialect, said)
+    if named is None:
+        assert fix is None
+    else:
+        assert fix is not None and named in fix
+
+
+def test_a_hint_never_repeats_a_value_of_the_error() -> None:
+    said = "Incorrect username or password was specified for user secret-user-7"
+    fix = hint("snowflake", said)
+    assert fix is not None and "secret-user-7" not in fix
