@@ -38,4 +38,4 @@ def test_progress_shows_the_counted_total_and_ends_with_the_record(
     assert lines[0].startswith("progress: read 0 of 501 rows (counted, 0%)")
     assert lines[-1].startswith(
         "progress: partial: read 501 of 501 rows (counted, 100%), synced 500, failed 1, "
-        "rejected 1, in doubt 0;")
+        "rejected 1, in doubt 0, unchanged 0;")

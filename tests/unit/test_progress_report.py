@@ -4,6 +4,7 @@ record."""
 from __future__ import annotations
 
 from engage_sync.status.progress_report import ProgressReporter, final_line, progress_line
+from engage_sync.status.record import record
 
 COUNTS = {"read": 30_000, "requests": 400, "synced": 29_990, "failed": 0, "rejected": 10,
           "in_doubt": 0, "window_rows": 300_000}
@@ -31,7 +32,21 @@ def test_the_last_line_is_made_from_the_record() -> None:
               "rows_failed_with_errors": 1, "rows_rejected": 1, "rows_in_doubt": 0}
     assert final_line(record, 500, 4.0) == (
         "partial: read 500 of 500 rows (counted, 100%), synced 499, failed 1, rejected 1, "
-        "in doubt 0; 4 s elapsed")
+        "in doubt 0, unchanged 0; 4 s elapsed")
+
+
+def test_unchanged_rows_are_read_rows() -> None:
+    """A re-run whose 2,000 rows the field diff found unchanged read 2,000 rows: its record
+    and its last line say so (not `read 0 of 2,000`)."""
+    run = {"job_status": "success", "sync_start_time": None, "sync_finish_time": None,
+           "last_timestamp_synced": None, "rows_synced": 0, "rows_failed_with_errors": 0,
+           "rows_rejected": 0, "rows_in_doubt": 0, "rows_unchanged": 2000, "mode": "incremental",
+           "run_id": "r", "integration": "users", "seq": 1}
+    rec = record(run)
+    assert (rec["rows_read"], rec["rows_unchanged"], rec["rows_synced"]) == (2000, 2000, 0)
+    assert final_line(rec, 2000, 1.0).startswith(
+        "success: read 2,000 of 2,000 rows (counted, 100%), synced 0, failed 0, rejected 0, "
+        "in doubt 0, unchanged 2,000;")
 
 
 def test_the_reporter_throttles_but_shows_the_total_at_once_and_finishes_from_the_record(
@@ -52,5 +67,5 @@ def test_the_reporter_throttles_but_shows_the_total_at_once_and_finishes_from_th
         "progress: read 0 of 10 rows (counted, 0%); 0 s elapsed",
         "progress: read 6 of 10 rows (counted, 60%); 3 s elapsed, about 2 s left",
         "progress: success: read 10 of 10 rows (counted, 100%), synced 10, failed 0, "
-        "rejected 0, in doubt 0; 3 s elapsed",
+        "rejected 0, in doubt 0, unchanged 0; 3 s elapsed",
     ]

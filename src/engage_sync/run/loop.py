@@ -90,7 +90,7 @@ class Run:
         self.stages = stages_for(integration, self.kind, deps.state, options, scope.own_process)
         self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops())
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
-                       "in_doubt": 0}
+                       "in_doubt": 0, "unchanged": 0}
         self.run_id = ""
         self.window_rows: int | None = None  # counted once when someone watches progress
         self.owner = new_owner()
@@ -187,7 +187,9 @@ class Run:
                     if entry.req_no in crashed_requests:
                         crashed.append(_crash_error(rows.cursor(k), outcome.key))
                 cutter.skip(entry.start, tuple(entry.end))
-            elif outcome is UNCHANGED:  # a stage found nothing to send: pass it
+            elif outcome is UNCHANGED:  # a stage found nothing to send: read, passed
+                self.counts["read"] += 1
+                self.counts["unchanged"] += 1
                 cutter.passed(rows, k)
             elif isinstance(outcome, Item):
                 self.counts["read"] += 1

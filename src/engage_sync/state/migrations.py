@@ -5,13 +5,16 @@ Versions (`SCHEMA_VERSION`, kept in `engage_schema`):
 - 0: a database from before versions: engage-sync's tables, no version row;
 - 1: every table and column of `schema.metadata` (the columns added since the first release
   are added in place by `schema.add_missing_columns`).
+A table or column added to `schema.metadata` later (nullable, or with a server default)
+reaches every database at its next open without a new version: an open that finds anything
+missing takes the lock and adds it.
 A later release appends a step to `_STEPS`; each step runs once, in order, in the one
 transaction that also records the new version.
 
 Invariants:
 - one process at a time creates or migrates: on PostgreSQL a transaction-scoped advisory lock
   is taken first, on SQLite the database's write lock (BEGIN IMMEDIATE); the others wait for
-  it, then find the work done. A database already at this version takes no lock;
+  it, then find the work done. A database already whole at this version takes no lock;
 - nothing is ever dropped or recreated: tables are created where missing, columns added;
 - a database at a version newer than this release knows is refused (StateSchemaError naming
   both versions) and left as it is.
@@ -25,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.errors import SyncError
-from engage_sync.state.schema import add_missing_columns, metadata, runs
+from engage_sync.state.schema import add_missing_columns, metadata, missing, runs
 
 SCHEMA_VERSION = 1
 
@@ -66,9 +69,10 @@ def ensure_schema(engine: Engine) -> int:
     had (None counts as 0). Raises StateSchemaError for a newer database."""
     with engine.connect() as conn:
         seen = version_of(conn)
+        whole = seen == SCHEMA_VERSION and not missing(conn)
         conn.rollback()
-    if seen == SCHEMA_VERSION:
-        return seen
+    if whole:
+        return SCHEMA_VERSION
     _refuse_newer(engine, seen)
     with engine.connect() as conn:
         _lock(conn)
@@ -76,6 +80,7 @@ def ensure_schema(engine: Engine) -> int:
         _refuse_newer(engine, seen)
         for step in range(seen or 0, SCHEMA_VERSION):
             _STEPS[step + 1](conn)
+        _to_1(conn)  # a table or column declared since the version was stamped: added
         if seen != SCHEMA_VERSION:
             versions.create(conn, checkfirst=True)
             conn.execute(versions.delete())

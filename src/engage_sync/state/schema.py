@@ -10,6 +10,8 @@ diff remembers (digests, never values).
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,31 +170,50 @@ def upsert(conn: Connection, table: sa.Table, values: list[dict[str, Any]],
         conn.execute(table.insert().values(**value))
 
 
+def missing(conn: Connection) -> list[tuple[sa.Table, sa.Column[Any] | None]]:
+    """The tables (column None) and columns this version declares that the database lacks."""
+    inspector = sa.inspect(conn)
+    found: list[tuple[sa.Table, sa.Column[Any] | None]] = []
+    for table in metadata.sorted_tables:
+        if not inspector.has_table(table.name):
+            found.append((table, None))
+            continue
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        found += [(table, column) for column in table.columns if column.name not in have]
+    return found
+
+
 def add_missing_columns(conn: Connection) -> list[str]:
     """Add the columns this version declares that an older state database lacks (each is
     nullable or has a server default, so existing rows stay valid), in the caller's
     transaction. Returns "table.column" of each added."""
-    inspector = sa.inspect(conn)
     added: list[str] = []
-    for table in metadata.sorted_tables:
-        have = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in have:
-                continue
+    for table, column in missing(conn):
+        if column is not None:
             kind = column.type.compile(dialect=conn.dialect)
             if column.server_default is not None:
                 default = column.server_default.arg  # type: ignore[attr-defined]
                 kind += f" NOT NULL DEFAULT {default}"
             else:
                 assert column.nullable, f"{table.name}.{column.name} needs a default"
-            conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
+            conn.exec_driver_sql(
+                f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}')
             added.append(f"{table.name}.{column.name}")
     return added
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Every connection waits up to 30 s for a lock; the database is put in WAL mode (readers
+    never wait for the writer) by the first connection that can: switching needs the database
+    to itself, which another process migrating or writing may hold, so a connection that
+    finds it busy tries a few times, then goes on (the next one switches it; WAL persists)."""
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=30000")
+    for attempt in range(20):
+        try:
+            if cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
+                break
+        except sqlite3.OperationalError:  # "database is locked": someone is writing
+            time.sleep(0.05 * (attempt + 1))
+    cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()

@@ -47,7 +47,8 @@ def final_line(record: Mapping[str, Any], total: int | None, elapsed: float) -> 
               "synced": int(record.get("rows_synced") or 0),
               "failed": int(record.get("rows_failed_with_errors") or 0),
               "rejected": int(record.get("rows_rejected") or 0),
-              "in_doubt": int(record.get("rows_in_doubt") or 0)}
+              "in_doubt": int(record.get("rows_in_doubt") or 0),
+              "unchanged": int(record.get("rows_unchanged") or 0)}
     return f"{record.get('job_status')}: {progress_line(counts, total, elapsed)}"
 
 

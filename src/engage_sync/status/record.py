@@ -83,7 +83,10 @@ def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
         "data_points_saved": int(run.get("data_points_saved") or 0),
     }
     if extended:
-        rec["rows_read"] = (int(run["rows_synced"]) + failed + int(run["rows_in_doubt"]))
+        # every row read: synced, failed (rejects included), in doubt, or unchanged (a stage
+        # found nothing to send)
+        rec["rows_read"] = (int(run["rows_synced"]) + failed + int(run["rows_in_doubt"])
+                            + int(run.get("rows_unchanged") or 0))
         rec["rows_rejected"] = int(run["rows_rejected"])
         rec["rows_in_doubt"] = int(run["rows_in_doubt"])
         rec["rows_unchanged"] = int(run.get("rows_unchanged") or 0)
