@@ -87,7 +87,7 @@ def test_an_unreachable_warehouse_says_so(prefect_api: str, tmp_path: Path,
     path = integration(tmp_path, "no_wh", url, sandbox.base_url)
     done = run_cli(prefect_api, tmp_path, path)
     assert_one_line(done, "integration no_wh", "cannot connect to the warehouse",
-                    "check warehouse.url")
+                    "check the host and port in warehouse.url")
     assert "secret-pw" not in done.stderr
 
 
