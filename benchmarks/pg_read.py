@@ -11,18 +11,16 @@ alternating, `--runs` times each, and prints rows/s per run and the medians.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
 
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engage_sync.cursor.window import Window
-from engage_sync.read.extract import SourceSpec, stream_batches
+from benchmarks.read_rates import compare
+
+from engage_sync.read.extract import SourceSpec
 from tests.pg_server import postgres_server
 
 SPEC = SourceSpec(integration="bench", table="users_sync", schema=None, query=None,
@@ -33,13 +31,6 @@ SELECT timestamp '2024-01-01' + (i / 4) * interval '1 millisecond',
        'u' || lpad(i::text, 8, '0'),
        '{"plan":"free","n":' || i || ',"country":"DE","score":12.5,"active":true}'
 FROM generate_series(0, %d) i"""
-
-
-def read(engine: sa.Engine, reader: str) -> tuple[int, float]:
-    started = time.perf_counter()
-    rows = sum(b.num_rows for b in stream_batches(
-        engine, replace(SPEC, reader=reader), Window(start=None, signpost=None), 10_000))
-    return rows, time.perf_counter() - started
 
 
 def main() -> None:
@@ -54,18 +45,7 @@ def main() -> None:
                                  "(updated_at timestamp, external_id text, payload text)")
             conn.exec_driver_sql(FILL % (args.rows - 1))
             conn.exec_driver_sql("ANALYZE users_sync")
-        rates: dict[str, list[float]] = {"sqlalchemy": [], "auto": []}
-        for _ in range(args.runs):
-            for reader, found in rates.items():
-                rows, seconds = read(engine, reader)
-                assert rows == args.rows
-                found.append(rows / seconds)
-                print(f"{reader:>10}: {rows:,} rows in {seconds:.2f} s = "
-                      f"{rows / seconds:,.0f} rows/s", flush=True)
-        for reader, found in rates.items():
-            print(f"median {reader}: {statistics.median(found):,.0f} rows/s")
-        ratio = statistics.median(rates["auto"]) / statistics.median(rates["sqlalchemy"])
-        print(f"ADBC / SQLAlchemy: {ratio:.1f}x")
+        compare(engine, SPEC, args.rows, args.runs, "ADBC")
         engine.dispose()
 
 

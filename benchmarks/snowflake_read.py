@@ -14,18 +14,14 @@ what carries over to a real account.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
-
-import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engage_sync.cursor.window import Window
-from engage_sync.read.extract import SourceSpec, stream_batches
+from benchmarks.read_rates import compare
+
+from engage_sync.read.extract import SourceSpec
 from tests.snowflake_emulator import snowflake_emulator
 
 SPEC = SourceSpec(integration="bench", table="USERS_SYNC", schema=None, query=None,
@@ -38,13 +34,6 @@ SELECT DATEADD(millisecond, FLOOR(i / 4), '2024-01-01'::TIMESTAMP_NTZ),
 FROM (SELECT seq4() AS i FROM TABLE(GENERATOR(ROWCOUNT => %d)))"""
 
 
-def read(engine: sa.Engine, reader: str) -> tuple[int, float]:
-    started = time.perf_counter()
-    rows = sum(b.num_rows for b in stream_batches(
-        engine, replace(SPEC, reader=reader), Window(start=None, signpost=None), 10_000))
-    return rows, time.perf_counter() - started
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=200_000)
@@ -54,18 +43,7 @@ def main() -> None:
         emulator.execute("CREATE OR REPLACE TABLE USERS_SYNC (UPDATED_AT TIMESTAMP_NTZ, "
                          "EXTERNAL_ID VARCHAR, PAYLOAD VARIANT)", FILL % args.rows)
         engine = emulator.engine()
-        rates: dict[str, list[float]] = {"sqlalchemy": [], "auto": []}
-        for _ in range(args.runs):
-            for reader, found in rates.items():
-                rows, seconds = read(engine, reader)
-                assert rows == args.rows, (reader, rows)
-                found.append(rows / seconds)
-                print(f"{reader:>10}: {rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} "
-                      "rows/s", flush=True)
-        medians = {reader: statistics.median(found) for reader, found in rates.items()}
-        for reader, rate in medians.items():
-            print(f"median {reader:>10}: {rate:,.0f} rows/s")
-        print(f"auto / sqlalchemy: {medians['auto'] / medians['sqlalchemy']:.2f}x")
+        compare(engine, SPEC, args.rows, args.runs, "Arrow")
         engine.dispose()
 
 

@@ -20,6 +20,8 @@ from tests.snowflake_emulator import PASSWORD, Emulator
 
 USERS = 500
 CHANGED = 100
+TABLE = ("CREATE OR REPLACE TABLE USERS_SYNC (UPDATED_AT TIMESTAMP_NTZ, EXTERNAL_ID VARCHAR, "
+         "PAYLOAD VARIANT)")
 
 
 def _rows(at: str, first: int, last: int, plan: str, offset: int = 0) -> str:
@@ -47,8 +49,7 @@ def test_the_service_sync_format_on_snowflake(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SNOWFLAKE_PASSWORD", PASSWORD)
     snowflake.execute(
-        "CREATE OR REPLACE TABLE USERS_SYNC (UPDATED_AT TIMESTAMP_NTZ, EXTERNAL_ID VARCHAR, "
-        "PAYLOAD VARIANT)",
+        TABLE,
         _rows("2026-01-01 00:00:00", 0, USERS, "free"),
         _rows("2026-01-01 01:00:00", 0, CHANGED, "pro"))  # later rows of the first 100
     path = _file(tmp_path, "users", snowflake, service)
@@ -73,9 +74,7 @@ def test_a_run_in_two_partitions_on_snowflake(
         snowflake: Emulator, service: Service, state: StateStore, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SNOWFLAKE_PASSWORD", PASSWORD)
-    snowflake.execute(
-        "CREATE OR REPLACE TABLE USERS_SYNC (UPDATED_AT TIMESTAMP_NTZ, EXTERNAL_ID VARCHAR, "
-        "PAYLOAD VARIANT)", _rows("2026-01-01 00:00:00", 0, USERS, "free"))
+    snowflake.execute(TABLE, _rows("2026-01-01 00:00:00", 0, USERS, "free"))
     path = _file(tmp_path, "users_split", snowflake, service, diff="off")
     record = sync_file(path, options=RunOptions(partitions=2), store=state).record
     assert record is not None and record["job_status"] == "success", record
