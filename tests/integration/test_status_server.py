@@ -25,6 +25,15 @@ from engage_sync.cli.main import main
 from engage_sync.state.schema import runs
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import encode_page_cursor, page
+from tests.integration.conftest import (
+    T0,
+    Service,
+    Warehouse,
+    integration_body,
+    user_rows,
+    users_table,
+    write_integration,
+)
 
 TOKEN = "test-token-0123456789abcdef"
 SIX = {"job_status", "sync_start_time", "sync_finish_time", "last_timestamp_synced",
@@ -191,3 +200,34 @@ def test_the_cli_status_pages_with_the_same_cursors(
     assert page(store, "users", second["prev_cursor"]).results[0]["rows_synced"] == 11
     assert main(["status", "users", "--state-url", url, "--cursor", "bogus"]) == 2
     assert "Invalid cursor" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_metrics_parse_with_prometheus_parser_and_equal_the_records(
+        client: httpx.Client, store: StateStore, warehouse: Warehouse, service: Service,
+        tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from engage_sync.adapters.wiring import sync_file
+
+    users_table(warehouse)
+    rows = [*user_rows(120), {"updated_at": T0, "external_id": "bad", "payload": "{"}]
+    warehouse.insert("users_sync", rows)
+    path = write_integration(tmp_path, "users", integration_body(
+        warehouse, service, "attributes", "users_sync"))
+    sync_file(path, store=store)
+    sync_file(path, store=store)  # a second, empty run: counted as a run, adds nothing
+    records = [page_record for page_record in page(store, "users", None).results]
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    answer = client.get("/metrics")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+    got = {(s.name, s.labels.get("integration"), s.labels.get("job_status")): s.value
+           for family in text_string_to_metric_families(answer.text) for s in family.samples}
+    assert got[("engage_sync_runs_total", "users", "partial")] == 1
+    assert got[("engage_sync_runs_total", "users", "success")] == 1
+    for name, field in (("rows_synced", "rows_synced"), ("rows_rejected", "rows_rejected"),
+                        ("data_points_sent", "data_points_sent")):
+        assert got[(f"engage_sync_{name}_total", "users", None)] == sum(
+            r[field] for r in records), name
+    assert got[("engage_sync_rows_synced_total", "users", None)] == 120
+    assert got[("engage_sync_last_success_timestamp_seconds", "users", None)] > 0

@@ -11,6 +11,11 @@ state database, so tools written for the service's endpoint work against engage-
 - 400 `{"message": "Invalid cursor"}` and 400 `{"message": "Invalid integration ID"}` (an id
   that is neither an integration file of the config folder nor a name with recorded runs).
 
+`GET /metrics`: the records as Prometheus counters per integration (rows synced, failed,
+rejected, in doubt, unchanged; data points sent and saved; requests; runs by status) and the
+time of the last successful run (`status.metrics`); a scrape sends the same token
+(Prometheus' `authorization` setting).
+
 Every request needs `Authorization: Bearer <token>`, the token being the value of
 `ENGAGE_SYNC_STATUS_TOKEN` (401 otherwise). The server binds 127.0.0.1 unless told otherwise.
 """
@@ -31,10 +36,12 @@ from starlette.routing import Route
 
 from engage_sync.errors import ConfigError
 from engage_sync.state.store import StateStore
+from engage_sync.status.metrics import render
 from engage_sync.status.record import InvalidCursor, page
 
 TOKEN_ENV = "ENGAGE_SYNC_STATUS_TOKEN"
 PATH = "/cdi/integrations/{integration_id}/job_sync_status"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -72,11 +79,17 @@ def create_app(store: StateStore, token: str, config_dir: str | Path | None = No
         return folder is not None and any(
             (folder / f"{integration_id}{ext}").is_file() for ext in (".yaml", ".yml"))
 
-    async def job_sync_status(request: Request) -> Response:
+    def refused(request: Request) -> Response | None:
+        """401 unless the request carries the token."""
         given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            return _json({"message": "Unauthorized: send 'Authorization: Bearer <token>'"},
-                         401, headers={"WWW-Authenticate": "Bearer"})
+        if hmac.compare_digest(given, expected):
+            return None
+        return _json({"message": "Unauthorized: send 'Authorization: Bearer <token>'"},
+                     401, headers={"WWW-Authenticate": "Bearer"})
+
+    async def job_sync_status(request: Request) -> Response:
+        if (no := refused(request)) is not None:
+            return no
         integration_id = request.path_params["integration_id"]
         if not known(integration_id):
             return _message("Invalid integration ID")
@@ -89,7 +102,13 @@ def create_app(store: StateStore, token: str, config_dir: str | Path | None = No
         link = result.link_header(base)
         return _json(result.body(), headers={"Link": link} if link else None)
 
-    return Starlette(routes=[Route(PATH, job_sync_status, methods=["GET"])])
+    async def metrics(request: Request) -> Response:
+        if (no := refused(request)) is not None:
+            return no
+        return Response(render(store.run_totals()), media_type=METRICS_TYPE)
+
+    return Starlette(routes=[Route(PATH, job_sync_status, methods=["GET"]),
+                             Route("/metrics", metrics, methods=["GET"])])
 
 
 def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", port: int = 8788,

@@ -19,6 +19,7 @@ from uuid import uuid4
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from engage_sync.config import partition_names
 from engage_sync.cursor.progress import decode_cursor, encode_cursor
 from engage_sync.errors import LeaseLost
 from engage_sync.state.owners import owner_token
@@ -214,6 +215,19 @@ class RunRows:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(runs)
                                    .where(runs.c.integration == integration)) or 0)
 
+    def run_totals(self) -> list[dict[str, Any]]:
+        """Per (integration, job_status): the number of runs, the sums of their counts and
+        the latest finish (UTC). Partitions' own run rows are left out: their parent's
+        record holds their sums."""
+        sums = [sa.func.coalesce(sa.func.sum(runs.c[c]), 0).label(c) for c in _TOTALLED]
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(
+                runs.c.integration, runs.c.job_status, sa.func.count().label("runs"), *sums,
+                sa.func.max(runs.c.sync_finish_time).label("last_finish"),
+            ).group_by(runs.c.integration, runs.c.job_status)).mappings().all()
+        return [{**r, "last_finish": _utc(r["last_finish"])} for r in rows
+                if partition_names.parse(r["integration"]) is None]
+
     def run_seqs(self, integration: str, *, at_most: int | None = None,
                  above: int | None = None, limit: int) -> list[int]:
         """Run seqs of an integration: newest first at or below `at_most`, or oldest first
@@ -248,3 +262,14 @@ def _iso(value: Any) -> str:
             value = value.replace(tzinfo=UTC)
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return str(value)
+
+
+_TOTALLED = ("rows_synced", "rows_failed_with_errors", "rows_rejected", "rows_in_doubt",
+             "rows_unchanged", "data_points_sent", "data_points_saved", "requests_sent")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """A stored time as aware UTC (SQLite returns them naive)."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)

@@ -1,0 +1,47 @@
+"""The records as Prometheus text (pure): the format parses with Prometheus' own parser, the
+counters are the sums of the records, and a label value cannot break the exposition."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from engage_sync.status.metrics import COUNTERS, render
+
+
+def _totals(integration: str, status: str, runs: int, synced: int,
+            finished: datetime | None = None) -> dict[str, object]:
+    row: dict[str, object] = {column: 0 for _, column, _ in COUNTERS}
+    return {**row, "integration": integration, "job_status": status, "runs": runs,
+            "rows_synced": synced, "data_points_sent": synced * 5, "last_finish": finished}
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_counters_are_the_sums_of_the_records_and_parse() -> None:
+    t1, t2 = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
+    text = render([_totals("users", "success", 2, 300, t1),
+                   _totals("users", "partial", 1, 40, t2),
+                   _totals("users", "error", 1, 0, datetime(2026, 11, 3, tzinfo=UTC)),
+                   _totals("events", "running", 1, 7)])
+    got = _samples(text)
+    assert got[("engage_sync_runs_total", (("integration", "users"),
+                                           ("job_status", "success")))] == 2
+    assert got[("engage_sync_rows_synced_total", (("integration", "users"),))] == 340
+    assert got[("engage_sync_data_points_sent_total", (("integration", "users"),))] == 1700
+    assert got[("engage_sync_rows_synced_total", (("integration", "events"),))] == 7
+    # the last success is the partial run's finish, not the later error's; none for events
+    assert got[("engage_sync_last_success_timestamp_seconds",
+                (("integration", "users"),))] == t2.timestamp()
+    assert ("engage_sync_last_success_timestamp_seconds",
+            (("integration", "events"),)) not in got
+
+
+def test_a_label_value_is_escaped() -> None:
+    text = render([_totals('we"ird\\name\n', "success", 1, 1)])
+    got = _samples(text)
+    assert got[("engage_sync_rows_synced_total", (("integration", 'we"ird\\name\n'),))] == 1
