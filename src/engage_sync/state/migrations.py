@@ -80,7 +80,8 @@ def ensure_schema(engine: Engine) -> int:
         _refuse_newer(engine, seen)
         for step in range(seen or 0, SCHEMA_VERSION):
             _STEPS[step + 1](conn)
-        _to_1(conn)  # a table or column declared since the version was stamped: added
+        if seen == SCHEMA_VERSION:  # no step ran: a table or column declared since, added
+            _to_1(conn)
         if seen != SCHEMA_VERSION:
             versions.create(conn, checkfirst=True)
             conn.execute(versions.delete())
