@@ -136,11 +136,15 @@ def test_one_changed_attribute_bills_one_point_and_null_is_sent_once(
 
 
 @pytest.mark.usefixtures("first_run_helper")
-def test_full_resync_sends_everything_then_incremental_bills_nothing(
+def test_full_resync_sent_whole_sends_everything_then_incremental_bills_nothing(
     users: Path, warehouse: Warehouse, service: Service, state: StateStore
 ) -> None:
     _run(users, state)
-    full = _run(users, state, "full_resync")
+    diffed = _run(users, state, "full_resync")  # diffs by default: nothing changed
+    assert _points(service) == ROWS * 3 and diffed["data_points_saved"] == ROWS * 3
+    options = run_options("full_resync", None, None, False, False, send_whole=True)
+    full = sync_file(users, store=state, options=options).record
+    assert full is not None
     assert _points(service) == 2 * ROWS * 3 and full["data_points_sent"] == ROWS * 3
     _touch(warehouse, 1)
     after = _run(users, state)

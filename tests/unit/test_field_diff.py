@@ -62,15 +62,28 @@ def test_a_user_never_sent_gets_everything_then_nothing(attributes: dict[str, An
 def test_only_changed_attributes_are_sent(before: dict[str, Any], after: dict[str, Any]) -> None:
     record = diff(_obj(before), "external_id", None).delta
     change = diff(_obj(after, True), "external_id", record)
-    changed = {k: v for k, v in after.items() if k not in before or
-               value_digest(k, before[k]) != value_digest(k, v)}
+    changed = {k: v for k, v in after.items() if (v is not None if k not in before else
+               value_digest(k, before[k]) != value_digest(k, v))}
     if not changed:
         assert change.obj is None
     else:
         assert change.obj == {"external_id": "u1", "_update_existing_only": True, **changed}
     assert change.sent == len(changed) and change.saved == len(after) - len(changed)
     assert decode(encode(merged(record, change.delta))) == diff(
-        _obj({**before, **after}), "external_id", None).delta
+        _obj({**before, **changed}), "external_id", None).delta
+
+
+def test_a_newly_mapped_column_bills_its_non_null_values_only() -> None:
+    """A column added to the mapping: the record holds none of its values, and a NULL there
+    has nothing of ours to remove, so only non-null values are sent (one point each)."""
+    record = diff(_obj({"a": 1}), "external_id", None).delta
+    assert diff(_obj({"a": 1, "tier": None}), "external_id", record).obj is None
+    change = diff(_obj({"a": 1, "tier": "gold"}), "external_id", record)
+    assert change.obj == {"external_id": "u1", "tier": "gold"} and change.sent == 1
+    # once recorded, a value that becomes NULL is a removal, sent
+    record = merged(record, change.delta)
+    assert diff(_obj({"a": 1, "tier": None}), "external_id", record).obj == {
+        "external_id": "u1", "tier": None}
 
 
 def test_null_is_sent_once_then_nothing() -> None:

@@ -75,13 +75,13 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
             end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
             config_dir: str | None = None, state_url: str | None = None,
             budgets: RateBudgets | None = None, allow_deletes: int | None = None,
-            partitions: int | None = None) -> dict[str, Any]:
+            partitions: int | None = None, send_whole: bool = False) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, or a dry run's summary.
     Raises SyncAlert when the run needs attention."""
     store = open_state(state_url)
     try:
         return _run_one(store, integration, mode, start, end, dry_run, resend_events,
-                        config_dir, budgets, allow_deletes, partitions)
+                        config_dir, budgets, allow_deletes, partitions, send_whole)
     finally:
         store.engine.dispose()  # a serving process runs many flows: release its connections
 
@@ -89,14 +89,14 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
 def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | None,
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
              budgets: RateBudgets | None, allow_deletes: int | None,
-             partitions: int | None = None) -> dict[str, Any]:
+             partitions: int | None = None, send_whole: bool = False) -> dict[str, Any]:
     from engage_sync.adapters.task_runners import prefect_runner  # prefect-dask only when asked
 
     logger = get_run_logger()
     progress = ProgressReporter(logger.info)
     try:
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes,
-                              partitions)
+                              partitions, send_whole)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
                             on_progress=progress, runner=prefect_runner)
@@ -137,6 +137,7 @@ def sync_integration(
     config_dir: str | None = None,
     state_url: str | None = None,
     partitions: int | None = None,
+    send_whole: bool = False,
 ) -> dict[str, Any]:
     """Sync one integration and return its status record.
 
@@ -155,9 +156,13 @@ def sync_integration(
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
         partitions: Split the run into this many partitions by a hash of the user key, each a
             task run on the integration's task_runner (default: its `partitions`, 1).
+        send_whole: Send every attribute object read whole instead of only what differs from
+            the field record (every mode diffs by default, backfills and full resyncs too);
+            for when the service's profiles are known to have drifted.
     """
     return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
-                   state_url, allow_deletes=allow_deletes, partitions=partitions)
+                   state_url, allow_deletes=allow_deletes, partitions=partitions,
+                   send_whole=send_whole)
 
 
 @task(name="sync-integration", retries=0, cache_policy=NO_CACHE,
@@ -209,11 +214,12 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                         end: datetime | None = None, dry_run: bool = False,
                         resend_events: bool = False, allow_deletes: int | None = None,
                         state_url: str | None = None, use_prefect: bool = True,
-                        partitions: int | None = None) -> Any:
+                        partitions: int | None = None, send_whole: bool = False) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
         return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
                                 resend_events=resend_events, allow_deletes=allow_deletes,
-                                state_url=state_url, partitions=partitions)
+                                state_url=state_url, partitions=partitions,
+                                send_whole=send_whole)
     return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
-                                        allow_deletes, partitions), state_url)
+                                        allow_deletes, partitions, send_whole), state_url)

@@ -77,8 +77,13 @@ def plan(start: datetime, end: datetime, chunk: timedelta | str) -> list[Chunk]:
     return [Chunk(start + k * size, min(start + (k + 1) * size, end)) for k in range(count)]
 
 
-def options_hash(resend_events: bool, label: str | None) -> str:
-    blob = json.dumps({"resend_events": resend_events, "label": label or ""}, sort_keys=True)
+def options_hash(resend_events: bool, label: str | None, send_whole: bool = False) -> str:
+    """What tells one set of chunk runs from another (`send_whole` only when set, so the
+    sets made before it existed keep their hash)."""
+    options: dict[str, Any] = {"resend_events": resend_events, "label": label or ""}
+    if send_whole:
+        options["send_whole"] = True
+    blob = json.dumps(options, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -91,15 +96,18 @@ def run_tag(integration: str, opts: str) -> str:
     return f"backfill:{integration}:{opts}"
 
 
-def parameters(chunk: Chunk, resend_events: bool, partitions: int | None = None
-               ) -> dict[str, Any]:
+def parameters(chunk: Chunk, resend_events: bool, partitions: int | None = None,
+               send_whole: bool = False) -> dict[str, Any]:
     """The flow parameters of one chunk run (the deployment supplies the integration);
-    `partitions` only when given (else the integration's own)."""
+    `partitions` and `send_whole` only when given (else the integration's own, and the
+    diff)."""
     params: dict[str, Any] = {"mode": "backfill", "start": chunk.start.isoformat(),
                               "end": chunk.end.isoformat(), "dry_run": False,
                               "resend_events": resend_events}
     if partitions is not None:
         params["partitions"] = partitions
+    if send_whole:
+        params["send_whole"] = True
     return params
 
 
@@ -194,6 +202,7 @@ def run_backfill(
     report: Callable[[str], None] = print,
     on_chunk: Callable[[ChunkResult], None] | None = None,
     partitions: int | None = None,
+    send_whole: bool = False,
 ) -> Summary:
     """Create (once) and watch one flow run of `deployment` per chunk, in order. Stops at a
     failed chunk (unless `retry_failed`) or one still unfinished after `chunk_timeout`
@@ -201,7 +210,7 @@ def run_backfill(
     unknown."""
     from prefect.client.orchestration import get_client
 
-    opts = options_hash(resend_events, label)
+    opts = options_hash(resend_events, label, send_whole)
     tag = run_tag(integration, opts)
     summary = Summary(integration, deployment)
     with get_client(sync_client=True) as client:
@@ -214,7 +223,7 @@ def run_backfill(
             run = existing.get(key)
             if run is None:
                 run = _start(deployment, integration, chunk, key, tag,
-                             parameters(chunk, resend_events, partitions))
+                             parameters(chunk, resend_events, partitions, send_whole))
                 result.created = True
             result.flow_run_id = run.id
             _watch(client, result, retry_failed=retry_failed, chunk_timeout=chunk_timeout,

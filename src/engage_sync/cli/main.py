@@ -52,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         result: Any = run_direct(path, run_options(
             args.mode, args.start, args.end, args.dry_run, args.resend_events,
-            args.allow_deletes, args.partitions), args.state_url)
+            args.allow_deletes, args.partitions, args.send_whole), args.state_url)
     else:
         from engage_sync.adapters.flows import sync_flow_or_direct
 
@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = sync_flow_or_direct(
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
-            state_url=args.state_url, partitions=args.partitions)
+            state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole)
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
 
@@ -134,7 +134,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         path.stem, chunks, deployment=deployment,
         resend_events=args.resend_events, label=args.label, retry_failed=args.retry_failed,
         chunk_timeout=args.chunk_timeout, report=lambda line: print(line, file=sys.stderr),
-        partitions=args.partitions)
+        partitions=args.partitions, send_whole=args.send_whole)
     _print_json(summary.as_dict())
     return 0 if summary.stopped is None else 1
 
@@ -203,7 +203,10 @@ def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="sync one integration now (a Prefect flow run)")
     _common(run)
     run.add_argument("--mode", choices=["incremental", "backfill", "full_resync"],
-                     default="incremental")
+                     default="incremental",
+                     help="incremental (from the stored cursor), backfill (--start/--end) or "
+                          "full_resync (every row); all three diff attributes against the "
+                          "field record and bill only what changed (see --send-whole)")
     run.add_argument("--start", type=_bound(is_end=False), default=None,
                      help="backfill: first UPDATED_AT included (date or ISO datetime, UTC)")
     run.add_argument("--end", type=_bound(is_end=True), default=None,
@@ -215,6 +218,7 @@ def _add_run(sub: Any) -> None:
     run.add_argument("--partitions", type=int, default=None, metavar="N",
                      help="split the run into N partitions by a hash of the user key, run at "
                           "once (default: the integration's `partitions`, 1)")
+    _send_whole(run)
     run.add_argument("--dry-run", action="store_true",
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",
@@ -241,6 +245,13 @@ def _add_status_and_errors(sub: Any) -> None:
     errors.set_defaults(func=cmd_errors)
 
 
+def _send_whole(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--send-whole", action="store_true",
+                   help="send every attribute object read whole, not only what differs from "
+                        "the field record (every mode diffs by default, backfills and full "
+                        "resyncs too): for when the service's profiles drifted")
+
+
 def _add_backfill(sub: Any) -> None:
     bf = sub.add_parser(
         "backfill", help="re-send a range of rows, one Prefect flow run per chunk",
@@ -257,6 +268,7 @@ def _add_backfill(sub: Any) -> None:
                     help="print the chunks and their row counts; create no run, send nothing")
     bf.add_argument("--resend-events", action="store_true",
                     help="send again events and purchases the incremental sync delivered")
+    _send_whole(bf)
     bf.add_argument("--deployment", default=None,
                     help="deployment that runs the chunks (default engage-sync/<integration>)")
     bf.add_argument("--label", default=None,

@@ -12,6 +12,8 @@ Invariants (property-tested):
   the object is sent whole and every attribute is recorded;
 - otherwise only the attributes whose digest differs from the record (or that the record does
   not hold) are sent; an object none of whose attributes changed is not sent at all;
+- an attribute the record does not hold whose value is NULL is not sent (nor billed): there
+  is nothing of ours to remove, so a newly mapped column bills only its non-null rows;
 - NULL is a value like any other: a value that becomes NULL is sent (as JSON null, which the
   service treats as a removal) once, then matches the record while it stays NULL;
 - two names that share a slot overwrite each other's entry; since a digest is seeded with the
@@ -96,7 +98,10 @@ def _reduced(obj: dict[str, Any], identifier: str, slots: list[int], digests: li
             continue
         slot, digest = slots[k], digests[k]
         k += 1
-        if last.get(slot) != digest:
+        held = last.get(slot)
+        if held is None and value is None:
+            continue
+        if held != digest:
             delta[slot] = digest
             reduced[name] = value
     if not delta:

@@ -77,6 +77,7 @@ class PartitionJob:
     read_only: bool = False
     """Open the warehouse read-only (a DuckDB file is opened by several worker processes at
     once only read-only)."""
+    send_whole: bool = False
 
     @property
     def label(self) -> str:
@@ -84,7 +85,7 @@ class PartitionJob:
 
     def options(self) -> RunOptions:
         return RunOptions(mode=self.mode, start=self.start, end=self.end,
-                          resend_events=self.resend_events)
+                          resend_events=self.resend_events, send_whole=self.send_whole)
 
 
 Execute = Callable[[list[PartitionJob], Callable[[], None]], list[BaseException | None]]
@@ -213,7 +214,8 @@ def run_partitioned(path: str, integration: Integration, options: RunOptions,
         duckdb_turns.release(engine)  # before workers open the warehouse (one writer a file)
         read_only = integration.task_runner.separate_processes
         jobs = [PartitionJob(path, k, count, opened.run_id, options.mode, options.start,
-                             options.end, options.resend_events, state_url, read_only)
+                             options.end, options.resend_events, state_url, read_only,
+                             options.send_whole)
                 for k in parts.unfinished()]
         log.info("integration %s: run %s in %d partitions (%d to run)", name,
                  store.run(opened.run_id)["seq"], count, len(jobs))

@@ -27,6 +27,9 @@ class RunOptions:
     allow_deletes: int | None = None
     partitions: int | None = None
     """Split the run into this many partitions (None: the integration's `partitions`)."""
+    send_whole: bool = False
+    """Send every attribute object read whole, without the field diff (when the service's
+    profiles are known to have drifted from the record); the record is refreshed."""
 
     @property
     def scope(self) -> str | None:
@@ -38,7 +41,7 @@ class RunOptions:
 
 def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
                 resend_events: bool, allow_deletes: int | None = None,
-                partitions: int | None = None) -> RunOptions:
+                partitions: int | None = None, send_whole: bool = False) -> RunOptions:
     """Parameters (CLI, flow, backfill) → RunOptions. Naive datetimes are UTC. Raises
     ConfigError when start or end is given outside a backfill, or start is not before end."""
     start, end = as_utc(start), as_utc(end)
@@ -50,7 +53,7 @@ def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_ru
         raise ConfigError(f"partitions must be at least 1, not {partitions}", key="partitions")
     return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
                       resend_events=resend_events, allow_deletes=allow_deletes,
-                      partitions=partitions)
+                      partitions=partitions, send_whole=send_whole)
 
 
 def as_utc(value: datetime | None) -> datetime | None:

@@ -1,8 +1,10 @@
 """Which stages a run plugs into its loop (`run.stage`): the one place that knows them.
 
-The field diff is a stage when the integration's kind diffs (`Kind.diffs`): a full resync
-and a backfill refresh the record; a helper process is allowed only to a run that owns its
-process (not a partition on a worker) and records something (not a dry run).
+The field diff is a stage when the integration's kind diffs (`Kind.diffs`): every mode diffs
+(a backfill or a full resync bills only what differs from the record), unless the run is
+told to send whole (`RunOptions.send_whole`), which refreshes the record; a helper process
+is allowed only to a run that owns its process (not a partition on a worker) and records
+something (not a dry run).
 """
 
 from __future__ import annotations
@@ -27,6 +29,6 @@ def stages_for(integration: Integration, kind: Kind, state: StateStore, options:
     if kind.diffs(integration):
         after = helper_after(environ)
         stages.append(diff_stage(
-            integration.name, state, refresh=options.mode != "incremental",
+            integration.name, state, refresh=options.send_whole,
             helper_after=after if own_process and not options.dry_run else None))
     return Stages(stages)
