@@ -22,6 +22,11 @@ class ConfigError(SyncError):
         self.key = key
 
 
+class SchemaChanged(ConfigError):
+    """The source's schema changed under a mapped column or payload key since the last run
+    (the schema guard): recorded as config_error; nothing was sent."""
+
+
 class SourceError(SyncError):
     """The warehouse could not be read (connection, missing table or column, bad query)."""
 

@@ -43,7 +43,7 @@ def test_all_rows_rejected(warehouse: Warehouse, service: Service, state: StateS
     assert "rejected before sending" in reason
     assert cli.main(["errors", "users", "--state-url", str(state.engine.url)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["RECORDED", "(UTC)", "KIND", "ROW", "KEY", "REASON"]
+    assert lines[0].split() == ["RECORDED", "(UTC)", "KIND", "ROW", "KEY", "RETRY", "REASON"]
     assert len(lines) == 4
     at = lines[0].index("ROW KEY")
     assert [line[at:].startswith("(no value) ") for line in lines[1:]].count(True) == 1, lines

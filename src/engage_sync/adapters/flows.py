@@ -75,13 +75,15 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
             end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
             config_dir: str | None = None, state_url: str | None = None,
             budgets: RateBudgets | None = None, allow_deletes: int | None = None,
-            partitions: int | None = None, send_whole: bool = False) -> dict[str, Any]:
+            partitions: int | None = None, send_whole: bool = False,
+            accept_schema: bool = False) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, or a dry run's summary.
     Raises SyncAlert when the run needs attention."""
     store = open_state(state_url)
     try:
         return _run_one(store, integration, mode, start, end, dry_run, resend_events,
-                        config_dir, budgets, allow_deletes, partitions, send_whole)
+                        config_dir, budgets, allow_deletes, partitions, send_whole,
+                        accept_schema)
     finally:
         store.engine.dispose()  # a serving process runs many flows: release its connections
 
@@ -89,14 +91,15 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
 def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | None,
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
              budgets: RateBudgets | None, allow_deletes: int | None,
-             partitions: int | None = None, send_whole: bool = False) -> dict[str, Any]:
+             partitions: int | None = None, send_whole: bool = False,
+             accept_schema: bool = False) -> dict[str, Any]:
     from engage_sync.adapters.task_runners import prefect_runner  # prefect-dask only when asked
 
     logger = get_run_logger()
     progress = ProgressReporter(logger.info)
     try:
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes,
-                              partitions, send_whole)
+                              partitions, send_whole, accept_schema)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
                             on_progress=progress, runner=prefect_runner)
@@ -138,6 +141,7 @@ def sync_integration(
     state_url: str | None = None,
     partitions: int | None = None,
     send_whole: bool = False,
+    accept_schema: bool = False,
 ) -> dict[str, Any]:
     """Sync one integration and return its status record.
 
@@ -159,10 +163,12 @@ def sync_integration(
         send_whole: Send every attribute object read whole instead of only what differs from
             the field record (every mode diffs by default, backfills and full resyncs too);
             for when the service's profiles are known to have drifted.
+        accept_schema: Accept a changed type of a mapped column or payload key in the source
+            (a run stops before sending anything when one changed since the last run).
     """
     return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
                    state_url, allow_deletes=allow_deletes, partitions=partitions,
-                   send_whole=send_whole)
+                   send_whole=send_whole, accept_schema=accept_schema)
 
 
 @task(name="sync-integration", retries=0, cache_policy=NO_CACHE,
@@ -214,12 +220,14 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                         end: datetime | None = None, dry_run: bool = False,
                         resend_events: bool = False, allow_deletes: int | None = None,
                         state_url: str | None = None, use_prefect: bool = True,
-                        partitions: int | None = None, send_whole: bool = False) -> Any:
+                        partitions: int | None = None, send_whole: bool = False,
+                        accept_schema: bool = False) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
         return sync_integration(path, mode=mode, start=start, end=end, dry_run=dry_run,
                                 resend_events=resend_events, allow_deletes=allow_deletes,
                                 state_url=state_url, partitions=partitions,
-                                send_whole=send_whole)
+                                send_whole=send_whole, accept_schema=accept_schema)
     return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
-                                        allow_deletes, partitions, send_whole), state_url)
+                                        allow_deletes, partitions, send_whole, accept_schema),
+                      state_url)

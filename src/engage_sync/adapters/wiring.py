@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import httpx
 import sqlalchemy as sa
 from pydantic import SecretStr
 
+from engage_sync import kinds
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
@@ -33,6 +34,8 @@ from engage_sync.read import duckdb_turns, key_digest
 from engage_sync.run.dry_run import DryRun, dry_run
 from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.options import RunOptions
+from engage_sync.run.retries import retry_failed_rows
+from engage_sync.run.schema_guard import guard_schema
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 
@@ -161,23 +164,28 @@ def sync_file(
         integration = with_expanded_service(integration)
         engine = warehouse_engine(integration)
     try:
+        with _config_errors_recorded(store, integration.name):  # SchemaChanged
+            guard_schema(integration, kinds.kind_of(integration), engine, store,
+                         accept=options.accept_schema, record=not options.dry_run)
         if options.dry_run:
             return RunResult(integration.name, dry_run=dry_run(
                 integration, engine, store, clock=clock, options=options))
         with _config_errors_recorded(store, integration.name):
             key = secrets.api_key(integration.name, integration.service.api_key_env)
             run_budgets = budgets_for(integration, budgets)
-        count = count_for(store, integration, options)
-        if count > 1:
-            execute = (runner or threads_runner)(integration, run_budgets)
-            with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
-                result = run_partitioned(str(Path(path).resolve()), integration, options,
-                                         store, engine, count, execute, clock,
-                                         portable_url(store), on_progress)
-        else:
-            with http_transport(integration) as transport:
-                deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
-                            budgets=run_budgets, on_progress=on_progress, clock=clock)
+        with http_transport(integration) as transport:
+            deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
+                        budgets=run_budgets, on_progress=on_progress, clock=clock)
+            if options.mode in ("incremental", "full_resync"):  # failed rows first
+                retry_failed_rows(integration, replace(deps, on_progress=None))
+            count = count_for(store, integration, options)
+            if count > 1:
+                execute = (runner or threads_runner)(integration, run_budgets)
+                with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
+                    result = run_partitioned(str(Path(path).resolve()), integration, options,
+                                             store, engine, count, execute, clock,
+                                             portable_url(store), on_progress)
+            else:
                 result = run_sync(integration, deps, options)
         return RunResult(integration.name, record=result,
                        alert=_alert(store, result, integration.failed_rows_alert_share))

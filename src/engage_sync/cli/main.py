@@ -52,7 +52,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         result: Any = run_direct(path, run_options(
             args.mode, args.start, args.end, args.dry_run, args.resend_events,
-            args.allow_deletes, args.partitions, args.send_whole), args.state_url)
+            args.allow_deletes, args.partitions, args.send_whole, args.accept_schema),
+            args.state_url)
     else:
         from engage_sync.adapters.flows import sync_flow_or_direct
 
@@ -60,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = sync_flow_or_direct(
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
-            state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole)
+            state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,
+            accept_schema=args.accept_schema)
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
 
@@ -102,14 +104,30 @@ def cmd_errors(args: argparse.Namespace) -> int:
         print("no rejected or failed rows recorded")
         return 0
     keys = [shown_key(row["row_key"]) for row in rows]
+    notes = _retry_notes(store, rows)
     width = min(max(len("ROW KEY"), *map(len, keys)), 40)
-    print(f"{'RECORDED (UTC)':<19}  {'KIND':<9} {'ROW KEY':<{width}}  REASON")
-    for row, key in zip(rows, keys, strict=True):
+    note_width = max(len("RETRY"), *map(len, notes))
+    print(f"{'RECORDED (UTC)':<19}  {'KIND':<9} {'ROW KEY':<{width}}  "
+          f"{'RETRY':<{note_width}}  REASON")
+    for row, key, note in zip(rows, keys, notes, strict=True):
         at = row["recorded_at"]
         at = at.astimezone(UTC) if at.tzinfo is not None else at  # naive: stored in UTC
         print(f"{at:%Y-%m-%d %H:%M:%S}  {row['kind']:<9} "
-              f"{key:<{width}}  {row['reason']}")
+              f"{key:<{width}}  {note:<{note_width}}  {row['reason']}")
     return 0
+
+
+def _retry_notes(store: Any, rows: list[dict[str, Any]]) -> list[str]:
+    """What became of each failed or in-doubt row's request (sent again, parked), or '-'."""
+    from engage_sync.state.retries import retry_note
+    from engage_sync.state.row_errors import request_of
+
+    states = store.retry_states([row["run_id"] for row in rows])
+    notes = []
+    for row in rows:
+        found = states.get((row["run_id"], request_of(row["position"]) or -1))
+        notes.append(retry_note(*found) if found else "-")
+    return notes
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -219,6 +237,9 @@ def _add_run(sub: Any) -> None:
                      help="split the run into N partitions by a hash of the user key, run at "
                           "once (default: the integration's `partitions`, 1)")
     _send_whole(run)
+    run.add_argument("--accept-schema", action="store_true",
+                     help="accept a changed type of a mapped column or payload key (a run "
+                          "stops before sending anything when one changed since the last run)")
     run.add_argument("--dry-run", action="store_true",
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",

@@ -128,6 +128,9 @@ class Integration(Frozen):
     diff: DiffSetting = "fields"
     update_existing_only: bool | None = None
     failed_rows_alert_share: float | None = Field(default=None, ge=0, le=1)
+    failed_row_tries: int = Field(default=5, ge=1, le=100)
+    """Sends a failed request's rows get, the first included, before they are parked (later
+    runs send them again first: `run/retries.py`); 1: never sent again."""
     subscriptions: SubscriptionSpec | None = None
     deletes: DeleteSpec | None = None
     identify: IdentifySpec | None = None

@@ -39,6 +39,10 @@ Cursor = tuple[Any, ...]
 """(cursor value, *key values): the position of a row in the total order of a source."""
 
 Mode = Literal["incremental", "backfill", "full_resync"]
+"""The modes a user asks for (CLI, flow parameters)."""
+RunMode = Mode | Literal["retry"]
+"""A run's mode: a user's, or `retry` (the rows of failed requests, sent again by a later run
+before its own window: `run/retries.py`)."""
 
 REJECTED = "rejected"
 """The lookback mark of a row that was rejected rather than sent."""
@@ -58,13 +62,13 @@ def digest(blob: bytes) -> str:
     return hashlib.sha1(blob).hexdigest()[:16]
 
 
-def may_move_cursor(mode: Mode, stored: Cursor | None, position: Cursor,
+def may_move_cursor(mode: RunMode, stored: Cursor | None, position: Cursor,
                     partition: bool = False) -> bool:
     """Whether a run of `mode` may set the integration cursor to `position`: incremental and
-    full-resync runs move it, never backwards (lookback re-reads rows below it); backfills
-    never move it, and neither does one partition of a partitioned run (its coordinator moves
-    it to `partitions_settled`)."""
-    if mode == "backfill" or partition:
+    full-resync runs move it, never backwards (lookback re-reads rows below it); backfills and
+    retries never move it, and neither does one partition of a partitioned run (its
+    coordinator moves it to `partitions_settled`)."""
+    if mode in ("backfill", "retry") or partition:
         return False
     return stored is None or tuple(position) > tuple(stored)
 

@@ -26,6 +26,7 @@ class Window:
     (backfills) cursor < before, so adjacent backfill chunks never share a row.
     `partition` (index, count) keeps only the rows of users whose key hashes to `index`
     (`key_digest.key_bucket`): the partitions of a window are disjoint and cover it.
+    `until` (a retry of one request's rows) additionally requires (cursor, key) <= until.
     """
 
     start: Cursor | None
@@ -33,6 +34,7 @@ class Window:
     floor: Any = None
     before: Any = None
     partition: tuple[int, int] | None = None
+    until: Cursor | None = None
 
 
 def align(value: datetime, sample: Any) -> Any:

@@ -35,8 +35,8 @@ from engage_sync import kinds
 from engage_sync.config import partition_names
 from engage_sync.config.integration import Integration, partition_problem
 from engage_sync.cursor.progress import (
-    Mode,
     PartitionProgress,
+    RunMode,
     decode_cursor,
     may_move_cursor,
     partitions_settled,
@@ -69,7 +69,7 @@ class PartitionJob:
     index: int
     count: int
     parent: str
-    mode: Mode
+    mode: RunMode
     start: datetime | None
     end: datetime | None
     resend_events: bool

@@ -40,6 +40,8 @@ class PartitionScope:
     moves_cursor = False
     counts_null_cursors = False  # the parent counts them once
     own_process = False  # may run on a Dask worker
+    resumes_after_error = True
+    tries = 0
 
     def run_name(self, integration: str) -> str:
         return partition_names.run_name(integration, self.index, self.count)

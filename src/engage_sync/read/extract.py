@@ -75,7 +75,7 @@ OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
 """The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
 
 
-def _source(spec: SourceSpec) -> sa.FromClause:
+def source_of(spec: SourceSpec) -> sa.FromClause:
     if spec.query is not None:
         return sa.text(spec.query).columns().subquery("engage_src")
     assert spec.table is not None
@@ -86,11 +86,11 @@ def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
     """Config column name → the source's own spelling. Raises SourceError naming what is missing."""
     try:
         probe: sa.Select[Any] = (
-            sa.select(sa.literal_column("*")).select_from(_source(spec)).limit(0)
+            sa.select(sa.literal_column("*")).select_from(source_of(spec)).limit(0)
         )
         actual = list(conn.execute(probe).keys())
     except sa.exc.SQLAlchemyError as exc:
-        said = _first_line(exc)
+        said = first_line(exc)
         fix = warehouse_hints.hint(conn.dialect.name, said) or (
             "check source.table / source.query / source.schema in the integration file, or "
             "create the table")
@@ -130,7 +130,7 @@ def binary_ordered(conn: Connection, spec: SourceSpec, resolved: dict[str, str])
         return frozenset()
     order = [spec.cursor_column, *spec.key_columns]
     columns: list[sa.ColumnElement[Any]] = [sa.column(resolved[c]).label(c) for c in order]
-    probe: sa.Select[Any] = sa.select(*columns).select_from(_source(spec)).limit(0)
+    probe: sa.Select[Any] = sa.select(*columns).select_from(source_of(spec)).limit(0)
     description = conn.execute(probe).cursor.description or ()
     return frozenset(str(d[0]) for d in description if d[1] in _PG_TEXT_TYPES)
 
@@ -139,7 +139,7 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
                 binary: frozenset[str] = frozenset()) -> sa.Select[Any]:
     """The ordered, windowed SELECT. The compound-cursor predicate is spelled out with OR/AND
     (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
-    src = _source(spec)
+    src = source_of(spec)
 
     def col(name: str) -> sa.ColumnElement[Any]:
         if name == spec.cursor_column and spec.null_cursor_oldest:
@@ -169,6 +169,8 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
         query = query.where(order[0] < window.before)
     if window.partition is not None:
         query = query.where(_in_partition(spec, col, window.partition))
+    if window.until is not None:
+        query = query.where(sa.not_(_after(order, window.until)))
     return query.order_by(*sort)
 
 
@@ -224,7 +226,7 @@ def stream_batches(
                 yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
-            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+            f"integration {spec.integration}: reading {_what(spec)} failed: {first_line(exc)}"
         ) from exc
 
 
@@ -243,7 +245,7 @@ def _adbc_batches(engine: Engine, spec: SourceSpec, query: sa.Select[Any], batch
         yield from extract_adbc.batches(engine.url, query, batch_rows, spec.connect_args)
     except (AdbcError, OSError, pa.ArrowException) as exc:  # errors mid-stream come as Arrow's
         raise SourceError(
-            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+            f"integration {spec.integration}: reading {_what(spec)} failed: {first_line(exc)}"
         ) from exc
 
 
@@ -258,7 +260,7 @@ def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         ) from exc
 
 
@@ -268,13 +270,13 @@ def count_null_cursors(engine: Engine, spec: SourceSpec) -> int:
         with engine.connect() as conn:
             resolved = resolve_columns(conn, spec)
             cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
-            query: sa.Select[Any] = (sa.select(sa.func.count()).select_from(_source(spec))
+            query: sa.Select[Any] = (sa.select(sa.func.count()).select_from(source_of(spec))
                                      .where(cursor.is_(None)))
             return int(conn.scalar(query) or 0)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {spec.integration}: counting rows of {_what(spec)} failed: "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         ) from exc
 
 
@@ -286,11 +288,11 @@ def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
             resolved = resolve_columns(conn, spec)
             cursor: sa.ColumnClause[Any] = sa.column(resolved[spec.cursor_column])
             query: sa.Select[Any] = (
-                sa.select(cursor).select_from(_source(spec)).where(cursor.is_not(None)).limit(1))
+                sa.select(cursor).select_from(source_of(spec)).where(cursor.is_not(None)).limit(1))
             return conn.scalar(query)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
-            f"integration {spec.integration}: reading {_what(spec)} failed: {_first_line(exc)}"
+            f"integration {spec.integration}: reading {_what(spec)} failed: {first_line(exc)}"
         ) from exc
 
 
@@ -362,7 +364,7 @@ def connected(engine: Engine, spec: SourceSpec) -> Iterator[Connection]:
     try:
         conn = engine.connect()
     except sa.exc.SQLAlchemyError as exc:
-        said = _first_line(exc)
+        said = first_line(exc)
         fix = warehouse_hints.hint(engine.dialect.name, said) or (
             "check warehouse.url in the integration file and that the warehouse is up")
         raise SourceError(
@@ -378,6 +380,6 @@ def _what(spec: SourceSpec) -> str:
     return f"table {spec.schema + '.' if spec.schema else ''}{spec.table}"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc)
     return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

@@ -47,6 +47,7 @@ from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop
 from engage_sync.run.stages import stages_for
 from engage_sync.run.windows import window_before
+from engage_sync.state.retries import WindowBounds
 from engage_sync.state.row_errors import IN_FLIGHT_AT_CRASH, crash_position
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import job_message, job_status, record
@@ -103,7 +104,7 @@ class Run:
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
             drops.sent = SentRows.from_entries(self.deps.state.settled_ranges(
-                self.i.name, ("incremental", "full_resync")))
+                self.i.name, ("incremental", "full_resync", "retry")))
             drops.top = self.stored
         return drops
 
@@ -125,6 +126,7 @@ class Run:
         try:
             self._execute(opened)
             # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
+            self._keep_failed(opened.window)
             counts = state.counts(self.run_id)
             tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
             state.finish_run(self.run_id, job_status(*tally),
@@ -144,6 +146,8 @@ class Run:
         except LeaseLost:
             raise  # the run is another process's now: leave its record alone
         except SyncError as exc:
+            if not self.scope.resumes_after_error:
+                self._keep_failed(opened.window)
             self.scope.failed(self.deps.state, self.run_id, self.owner, self.i.name, exc)
             raise
 
@@ -201,6 +205,19 @@ class Run:
         if crashed:  # name the rows of requests in flight at a crash, once known
             self.deps.state.record_errors(self.run_id, self.i.name, "in_doubt", crashed)
 
+    def _keep_failed(self, window: Window) -> None:
+        """Keep the run's failed requests (in doubt too, under `resend`) for later runs to
+        send again first (`run/retries.py`), with one more try than this run's rows had."""
+        kept = self.deps.state.record_retries(
+            self.run_id, self.i.name, WindowBounds(window.floor, window.before, window.partition),
+            self.resend_in_doubt, self.scope.tries + 1, self.i.failed_row_tries)
+        if kept:
+            parked = self.scope.tries + 1 >= self.i.failed_row_tries
+            log.warning("integration %s: the rows of %d failed requests %s", self.i.name, kept,
+                        f"are parked after {self.scope.tries + 1} tries (engage-sync errors "
+                        f"{self.i.name} names them)" if parked else
+                        "will be sent again first by the next run")
+
     def _record_rejects(self, rejects: list[tuple[str, str, str]]) -> None:
         self.deps.state.record_rejects(self.run_id, self.i.name, rejects)
 
@@ -223,7 +240,7 @@ class Run:
             run_id=self.run_id, integration=self.i.name, state=self.deps.state,
             deliverer=deliverer, max_in_flight=service.max_in_flight,
             group_commits=self.kind.group_commits, resend_in_doubt=self.resend_in_doubt,
-            bulk=mode != "incremental",
+            bulk=mode in ("backfill", "full_resync"),
             may_move_cursor=lambda position: may_move_cursor(mode, stored, position,
                                                              not moves),
             counts=self.counts, report=self.report, on_settled=self.stages.settled,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from engage_sync.cursor.progress import Mode, encode_cursor
+from engage_sync.cursor.progress import Mode, RunMode, encode_cursor
 from engage_sync.errors import ConfigError
 
 
@@ -19,7 +19,7 @@ class RunOptions:
     header, never moves the incremental cursor, and skips events and purchases that an
     incremental run already sent, unless `resend_events`."""
 
-    mode: Mode = "incremental"
+    mode: RunMode = "incremental"
     dry_run: bool = False
     start: datetime | None = None
     end: datetime | None = None
@@ -30,6 +30,8 @@ class RunOptions:
     send_whole: bool = False
     """Send every attribute object read whole, without the field diff (when the service's
     profiles are known to have drifted from the record); the record is refreshed."""
+    accept_schema: bool = False
+    """Accept a changed type of a mapped column or payload key (`run.schema_guard`)."""
 
     @property
     def scope(self) -> str | None:
@@ -41,7 +43,8 @@ class RunOptions:
 
 def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
                 resend_events: bool, allow_deletes: int | None = None,
-                partitions: int | None = None, send_whole: bool = False) -> RunOptions:
+                partitions: int | None = None, send_whole: bool = False,
+                accept_schema: bool = False) -> RunOptions:
     """Parameters (CLI, flow, backfill) → RunOptions. Naive datetimes are UTC. Raises
     ConfigError when start or end is given outside a backfill, or start is not before end."""
     start, end = as_utc(start), as_utc(end)
@@ -53,7 +56,8 @@ def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_ru
         raise ConfigError(f"partitions must be at least 1, not {partitions}", key="partitions")
     return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
                       resend_events=resend_events, allow_deletes=allow_deletes,
-                      partitions=partitions, send_whole=send_whole)
+                      partitions=partitions, send_whole=send_whole,
+                      accept_schema=accept_schema)
 
 
 def as_utc(value: datetime | None) -> datetime | None:

@@ -10,7 +10,9 @@ Invariants a scope keeps:
 - `failed` leaves the run either finished with the error (nothing resumes it) or resumable
   (everything it settled kept, nothing pending), never half of each;
 - `finished` returns a record only for a run that already ended: a scope run twice (a
-  cluster recomputing a lost result) sends nothing the second time.
+  cluster recomputing a lost result) sends nothing the second time;
+- `resumes_after_error` says which of the two `failed` does; `tries` is how many times the
+  rows it reads were sent before (0 but for a retry of failed rows: `run/retries.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class Scope(Protocol):
     """Whether this run counts the rows it cannot read for a NULL cursor (once per run)."""
     own_process: bool
     """Whether the run owns its process (may start a helper process: not a Dask worker)."""
+    resumes_after_error: bool
+    """Whether `failed` leaves the run resumable (else it finishes it with the error)."""
+    tries: int
+    """Sends its rows had before this run (its failed requests are kept with one more)."""
 
     def run_name(self, integration: str) -> str: ...
 
@@ -67,6 +73,8 @@ class WholeRun:
     moves_cursor = True
     counts_null_cursors = True
     own_process = True
+    resumes_after_error = False
+    tries = 0
 
     def run_name(self, integration: str) -> str:
         return integration

@@ -44,6 +44,12 @@ def request_position(req_no: int, k: int) -> str:
     return f"req{req_no}:{k}"
 
 
+def request_of(position: str) -> int | None:
+    """The request number of a `request_position` (or an unmapped error's), else None."""
+    head = position.split(":", 1)[0]
+    return int(head[3:]) if head.startswith("req") and head[3:].isdigit() else None
+
+
 def crash_position(cursor: Cursor) -> str:
     """The position of a row whose request was in flight at a crash, named on resume."""
     return f"crash:{encode_cursor(cursor)}"

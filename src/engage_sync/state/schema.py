@@ -5,7 +5,8 @@ and totals); `engage_journal` one row per request (or per merged stretch of ackn
 requests after compaction); `engage_row_errors` rejected, failed and in-doubt rows (keys and
 reasons, never payload values), and service errors that name no row (kind `unmapped`, keyed by
 their request); `engage_acks` what lookback remembers; `engage_fields` what the field-level
-diff remembers (digests, never values).
+diff remembers (digests, never values); `engage_source_schemas` the source schema the schema
+guard last accepted; `engage_retries` failed requests that later runs send again.
 """
 
 from __future__ import annotations
@@ -119,6 +120,38 @@ fields = sa.Table(
 """Per (integration, user): the digest of each attribute value the service acknowledged
 (`field_diff.encode`: 12 bytes per attribute). `user_key` is a 128-bit hash of the user
 reference, so neither values nor identifiers are copied here."""
+
+retries = sa.Table(
+    "engage_retries",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("req_no", sa.Integer, primary_key=True),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("start_cursor", sa.Text),
+    sa.Column("end_cursor", sa.Text, nullable=False),
+    sa.Column("floor", sa.Text),
+    sa.Column("before", sa.Text),
+    sa.Column("partition", sa.String(20)),
+    sa.Column("tries", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Requests that failed (or were left in doubt under `resend`), kept to be sent again by later
+runs (`run/retries.py`): the request's range of the source order (start < position <= end,
+within the run's floor, before and partition), how many tries it has had, and its state:
+`pending`, `parked` (out of tries), `landed` or `retried` (sent again; what failed again is
+a newer row)."""
+
+source_schemas = sa.Table(
+    "engage_source_schemas",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("source_schema", sa.Text, nullable=False),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Per integration: the source's columns and types (and payload keys' JSON types) the last
+run accepted (`read/source_schema.py`, JSON text), which the schema guard compares with."""
 
 field_log = sa.Table(
     "engage_field_log",

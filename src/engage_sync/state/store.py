@@ -14,7 +14,8 @@ SQLite file by default, PostgreSQL by URL for teams. Invariants:
 
 `StateStore` is composed by what each part keeps: run rows and cursors (`runs`), the journal
 (`journal`), row errors and counts (`row_errors`), lookback acks (`acks`), the field record
-(`fields`) and partitioned runs (`partitions`, whose rows are run rows). Each part's methods
+(`fields`), partitioned runs (`partitions`, whose rows are run rows), failed requests kept for
+later runs (`retries`) and the schema guard's record (`source_schemas`). Each part's methods
 write one table; the transactions that write several are here, built from the parts'
 functions taking a `Connection`, so no part calls another's methods.
 """
@@ -35,6 +36,7 @@ from engage_sync.state.journal import Journal
 from engage_sync.state.migrations import ensure_schema
 from engage_sync.state.partitions import PartitionRuns
 from engage_sync.state.records import JournalEntry, Settlement
+from engage_sync.state.retries import Retries
 from engage_sync.state.row_errors import (
     AFTER_KILL,
     IN_FLIGHT_AT_CRASH,
@@ -43,9 +45,11 @@ from engage_sync.state.row_errors import (
 )
 from engage_sync.state.runs import RunRows, add_to_run, close_run, fence, move_progress
 from engage_sync.state.schema import sqlite_pragmas
+from engage_sync.state.source_schemas import SourceSchemas
 
 
-class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns):
+class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, SourceSchemas,
+                 Retries):
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
     def __init__(self, engine: Engine) -> None:

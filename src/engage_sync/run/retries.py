@@ -1,0 +1,96 @@
+"""Failed rows sent again by later runs, whatever their cursor: the retry pass.
+
+A request that failed (a 5xx storm past the retry deadline, a 401 between a key's rotation
+and its deployment) or was left in doubt under `resend` leaves a retry (`state/retries.py`):
+its range of the source order. Before its own window, an incremental or full-resync run sends
+each pending retry's rows again, as one run of mode `retry` over that range (`RetryScope`).
+
+Invariants:
+- a retry run reads the range as the source holds it now: a row whose `UPDATED_AT` moved on
+  is not there (the window reads it); a row changed in place is sent as it is now;
+- it goes through the same loop: journal before send, the field diff (an attribute is billed
+  once, when it lands), rejects recorded, the in-doubt policy; it never moves the cursor;
+- what fails again becomes newer retries with one more try (`Run.execute`), parked once
+  `failed_row_tries` is reached; the retry it came from is closed as `retried`, or `landed`
+  when nothing of it failed again;
+- a retry run that stops on an error stops the pass: the rest stay pending for the next run,
+  and the run's own window still goes (it finds the error for itself).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from engage_sync.config.integration import Integration
+from engage_sync.cursor.progress import Cursor
+from engage_sync.cursor.window import Window
+from engage_sync.errors import LeaseLost, SyncError
+from engage_sync.run.loop import Deps, Run
+from engage_sync.run.options import RunOptions
+from engage_sync.state.retries import LANDED, RETRIED, Retry
+from engage_sync.state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+
+class RetryScope:
+    """The rows of one failed request (its range), sent again by a later run."""
+
+    moves_cursor = False
+    counts_null_cursors = False  # the runs that read windows count them
+    own_process = False  # a few rows: no helper process
+    resumes_after_error = True  # the retry stays pending; the next pass resumes its run
+
+    def __init__(self, retry: Retry) -> None:
+        self.retry = retry
+        self.tries = retry.tries
+
+    def run_name(self, integration: str) -> str:
+        return integration
+
+    def resume_key(self, options: RunOptions) -> str | None:
+        return f"retry:{self.retry.run_id}:{self.retry.req_no}"
+
+    def finished(self, state: StateStore, run_name: str) -> dict[str, Any] | None:
+        return None  # a finished retry run closes its retry: it is not pending again
+
+    def new_window(self, integration: Integration, engine: Engine, state: StateStore,
+                   options: RunOptions, stored: Cursor | None, now: datetime,
+                   before: Any) -> Window:
+        r = self.retry
+        return Window(start=r.start, signpost=r.end[0], floor=r.floor, before=r.before,
+                      partition=r.partition, until=r.end)
+
+    def narrow(self, window: Window) -> Window:
+        return window
+
+    def failed(self, state: StateStore, run_id: str, owner: str, integration: str,
+               error: SyncError) -> None:
+        state.drop_pending(run_id, integration)  # never sent (the send loop settled the rest)
+        state.release_lease(run_id, owner, message=str(error))
+
+
+def retry_failed_rows(integration: Integration, deps: Deps) -> list[dict[str, Any]]:
+    """Send the integration's pending retries again, oldest first; their status records."""
+    pending = deps.state.pending_retries(integration.name)
+    if pending:
+        log.info("integration %s: sending again the rows of %d failed requests first",
+                 integration.name, len(pending))
+    records: list[dict[str, Any]] = []
+    for retry in pending:
+        try:
+            record = Run(integration, deps, RunOptions(mode="retry"), RetryScope(retry)).execute()
+        except LeaseLost:
+            raise
+        except SyncError as exc:
+            log.warning("integration %s: sending failed rows again stopped: %s; %d retries "
+                        "stay pending", integration.name, exc, len(pending) - len(records))
+            break
+        again = deps.state.retry_states([record["run_id"]])  # kept by the retry run itself
+        deps.state.close_retry(retry, RETRIED if again else LANDED)
+        records.append(record)
+    return records

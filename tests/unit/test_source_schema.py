@@ -1,0 +1,35 @@
+"""The schema guard's comparison (pure): what stops a run, what is only reported."""
+
+from __future__ import annotations
+
+from engage_sync.read.source_schema import compare
+
+OLD = {"UPDATED_AT": "TIMESTAMP", "USER_ID": "VARCHAR", "PLAN": "VARCHAR(10)", "N": "INTEGER",
+       "NOTE": "TEXT", "payload.age": "number", "payload.tags": "array|string"}
+
+
+def test_a_read_column_whose_type_changed_is_retyped() -> None:
+    changes = compare(OLD, {**OLD, "N": "VARCHAR"}, ["UPDATED_AT", "USER_ID", "N"])
+    assert changes.retyped == [("N", "INTEGER", "VARCHAR")]
+
+
+def test_a_column_not_read_is_never_retyped_and_names_match_in_any_case() -> None:
+    assert not compare(OLD, {**OLD, "NOTE": "INTEGER"}, ["n"]).retyped
+    assert compare(OLD, {**OLD, "N": "BIGINT"}, ["n"]).retyped == [("N", "INTEGER", "BIGINT")]
+
+
+def test_a_longer_character_type_is_no_change() -> None:
+    assert not compare(OLD, {**OLD, "PLAN": "VARCHAR(40)"}, ["PLAN"])
+    assert compare(OLD, {**OLD, "PLAN": "INTEGER"}, ["PLAN"]).retyped
+
+
+def test_payload_keys_are_retyped_only_when_no_type_is_shared() -> None:
+    assert not compare(OLD, {**OLD, "payload.tags": "array"}, []).retyped
+    assert compare(OLD, {**OLD, "payload.age": "string"}, []).retyped == [
+        ("payload.age", "number", "string")]
+
+
+def test_added_and_removed_names_are_reported_not_retyped() -> None:
+    new = {k: v for k, v in OLD.items() if k != "NOTE"} | {"TIER": "VARCHAR"}
+    changes = compare(OLD, new, list(OLD))
+    assert (changes.retyped, changes.removed, changes.added) == ([], ["NOTE"], ["TIER"])
