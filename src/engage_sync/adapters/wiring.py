@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 
 from engage_sync.adapters.budgets import budgets_for
+from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
@@ -33,12 +34,14 @@ from engage_sync.read import duckdb_turns, key_digest
 from engage_sync.run.dry_run import DryRun, dry_run
 from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.options import RunOptions
+from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 
 log = logging.getLogger("engage_sync.adapters.wiring")
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
+STOP_MARGIN = 5.0  # seconds a stopped run has beyond one attempt's timeout to end
 DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL
 
 
@@ -149,10 +152,12 @@ def sync_file(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     clock: Callable[[], datetime] | None = None,
     runner: Runner | None = None,
+    stop: StopRequest | None = None,
 ) -> RunResult:
     """Run one integration file end to end, partitioned when it asks for partitions (then
-    `runner` executes them: threads of this process by default). Raises ConfigError /
-    SyncError after recording."""
+    `runner` executes them: threads of this process by default). `stop`, once set, stops an
+    unpartitioned run resumable (RunStopped), within the attempt timeout + 5 s.
+    Raises ConfigError / SyncError after recording."""
     options = options or RunOptions()
     store = store or open_state()
     clock = clock or _utcnow
@@ -175,9 +180,12 @@ def sync_file(
                                          store, engine, count, execute, clock,
                                          portable_url(store), on_progress)
         else:
+            if stop is not None:
+                stop.arm(integration.service.timeout_seconds + STOP_MARGIN)
             with http_transport(integration) as transport:
                 deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
-                            budgets=run_budgets, on_progress=on_progress, clock=clock)
+                            budgets=run_budgets, on_progress=on_progress, clock=clock,
+                            stop=stop)
                 result = run_sync(integration, deps, options)
         return RunResult(integration.name, record=result,
                        alert=_alert(store, result, integration.failed_rows_alert_share))
@@ -282,7 +290,9 @@ def run_direct(path: str | Path, options: RunOptions, state_url: str | None = No
     store = open_state(state_url)
     progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
     try:
-        outcome = sync_file(path, options=options, store=store, on_progress=progress)
+        with stop_on_sigterm() as stop:  # SIGTERM: stop resumable (RunStopped)
+            outcome = sync_file(path, options=options, store=store, on_progress=progress,
+                                stop=stop)
         if outcome.dry_run is not None:
             return outcome.dry_run.summary(outcome.integration)
         progress.finish(outcome.record or {})
