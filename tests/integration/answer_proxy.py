@@ -5,6 +5,7 @@ request is forwarded and its answer passed on whole, on a keep-alive connection:
 
 - ``not_json``: forwarded (the sandbox processes it), then answered 200 with an HTML page;
 - ``html_502``: not forwarded (nothing processed), answered 502 with a gateway's HTML page;
+- ``retry_later``: not forwarded, answered 503 with `Retry-After: 30`;
 - ``cut``: forwarded, then the sandbox's answer sent with its Content-Length but only half its
   body, and the connection closed;
 - ``stall``: forwarded, then the status line, headers and half the body sent, and nothing
@@ -89,6 +90,9 @@ class AnswerProxy:
                 conn.sendall(_head(502, "Bad Gateway", {"content-type": "text/html"},
                                    len(HTML_502), close=True) + HTML_502)
                 return
+            if action == "retry_later":
+                conn.sendall(_head(503, "Service Unavailable", {"retry-after": "30"}, 0))
+                continue
             answer = self.upstream.request(method, path, content=body, headers={
                 k: v for k, v in headers.items() if k in _FORWARDED})
             passed = {k: v for k, v in answer.headers.items() if k in _PASSED}
