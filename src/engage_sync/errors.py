@@ -57,3 +57,10 @@ class LeaseLost(RateBudgetUnavailable):
 
 class RunRefused(SyncError):
     """A run refused before sending anything (for example a delete cap)."""
+
+
+class RunStopped(RateBudgetUnavailable):
+    """The run was asked to stop (an orchestrator's SIGTERM, `run.stop`). No request leaves
+    after that; those in flight are settled, those that never left are taken out of the
+    journal, and the run is left resumable (its lease released). Handled like a lost rate
+    budget where a request was about to leave: never sent, never settled."""

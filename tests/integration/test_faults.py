@@ -1,21 +1,31 @@
 """Faults: the sandbox answers 429 and 5xx by script, drops connections after processing, and
-a run is killed with SIGKILL in the middle. Nothing is lost; the in-doubt policy is obeyed."""
+a run is killed with SIGKILL in the middle, or stopped with SIGTERM. Nothing is lost; the
+in-doubt policy is obeyed."""
 
 from __future__ import annotations
 
+import signal
+import time
 from collections import Counter
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from subprocess import Popen
+
+import pytest
 
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.state.store import StateStore
+from tests.integration.answer_proxy import AnswerProxy
 from tests.integration.conftest import (
     T0,
     Service,
     Warehouse,
+    _wait_for_request,
     event_rows,
     kill_during_request,
     resume_cli,
+    run_cli,
     table_integration,
     user_rows,
 )
@@ -134,3 +144,82 @@ def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
     assert resume_cli(path, state_url, sandbox_key)["rows_read"] == 800
     plans = {p["external_id"]: p["attributes"]["plan"] for p in service.profiles()}
     assert len(plans) == 400 and set(plans.values()) == {"new"}
+
+
+# --- SIGTERM: an orchestrator's graceful stop ------------------------------------------------
+
+STOP_BOUND = 30 + 5  # seconds: service.timeout_seconds (default) + 5, README "SIGTERM"
+
+
+def _sigterm(path: Path, key: str, state_url: str, wait_for: Callable[[Popen[bytes]], None]
+             ) -> tuple[int, str, float]:
+    """Start the run as its own process, SIGTERM it once `wait_for` returns; its exit code,
+    stderr and the seconds it took to end after the signal."""
+    proc = run_cli(path, state_url, key)
+    wait_for(proc)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    _, err = proc.communicate(timeout=2 * STOP_BOUND)
+    return proc.returncode, err.decode(), time.monotonic() - signalled
+
+
+def _stopped_resumable(code: int, err: str, seconds: float, state_url: str) -> None:
+    """Exit 143 with one line; the run left `running`, its lease released."""
+    assert code == 143, err
+    [line] = [x for x in err.splitlines() if "stopped by SIGTERM" in x]
+    assert "resumable and the next run of the integration resumes it" in line
+    assert seconds < STOP_BOUND
+    [run] = open_state(state_url).runs_newest_first("events", 0, 10)
+    assert run["job_status"] == "running" and run["message"] in line
+    assert run["lease_until"].replace(tzinfo=UTC) <= datetime.now(UTC)
+
+
+def _resumed_exactly_once(path: Path, service: Service, key: str, state_url: str) -> None:
+    record = resume_cli(path, state_url, key)
+    assert record["rows_read"] == record["rows_synced"] == 300
+    assert record["rows_in_doubt"] == 0 and record["job_status"] == "success"
+    ids = Counter(service.event_ids())
+    assert set(ids) == {f"e{i:06d}" for i in range(300)} and max(ids.values()) == 1
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_sigterm_settles_the_request_in_flight_and_the_next_run_resumes(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    path = _events_setup(warehouse, service, tmp_path, "skip", n=300)
+    warehouse.engine.dispose()
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    # the sandbox holds request 3 for 2 s, then processes and answers it
+    service.faults([{"path": "/users/track", "action": "delay", "nth": [3],
+                     "delay_seconds": 2}])
+    code, err, seconds = _sigterm(path, sandbox_key, state_url, lambda proc: _wait_for_request(
+        service, 3, proc, "/users/track"))
+    _stopped_resumable(code, err, seconds, state_url)
+    service.faults([])
+    assert len(service.requests()) == 3  # none after the signal
+    assert len(set(service.event_ids())) == 3 * BATCH  # the one in flight was answered
+    _resumed_exactly_once(path, service, sandbox_key, state_url)  # and settled: not in doubt
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_sigterm_during_a_retry_wait_stops_at_once_and_the_request_is_sent_by_the_next_run(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    with AnswerProxy(service.base_url, "/users/track", {3: "retry_later"}).running() as proxy:
+        path = _events_setup(warehouse, Service(proxy.url, service.control), tmp_path, "skip",
+                             n=300)
+        warehouse.engine.dispose()
+        state_url = f"sqlite:///{tmp_path / 'state.db'}"
+
+        def waiting(proc: Popen[bytes]) -> None:  # request 3 answered 503, Retry-After: 30
+            while not proxy.spoiled:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.3)
+
+        deadline = time.monotonic() + 60
+        code, err, seconds = _sigterm(path, sandbox_key, state_url, waiting)
+        _stopped_resumable(code, err, seconds, state_url)
+        assert seconds < 10  # the 30 s wait was cut short, and no attempt followed it
+        assert len(set(service.event_ids())) == 2 * BATCH
+        _resumed_exactly_once(path, service, sandbox_key, state_url)  # request 3: not in doubt

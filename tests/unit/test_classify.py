@@ -42,7 +42,12 @@ TABLE: list[tuple[str, int | None, bytes | None, Exception | None, str]] = [
      None, "ok"),
     ("202 merge", 202, b'{"message":"success"}', None, "ok"),
     ("204 no body", 204, None, None, "ok"),
-    ("201 unparsable body", 201, b"<html>", None, "ok"),
+    # a 2xx that is not the service's JSON object came from something in front of it
+    ("201 unparsable body", 201, b"<html>", None, "in_doubt"),
+    ("200 HTML page", 200, b"<html><body>maintenance</body></html>", None, "in_doubt"),
+    ("200 empty body", 200, b"", None, "in_doubt"),
+    ("201 JSON, not an object", 201, b'["success"]', None, "in_doubt"),
+    ("201 JSON cut short", 201, b'{"message":"succ', None, "in_doubt"),
     ("400 bad json", 400, b'{"message":"Error while parsing request body"}', None, "failed"),
     ("400 all invalid", 400, b'{"message":"' + VALID_DATA + b'","errors":[]}', None, "failed"),
     ("401", 401, b'{"message":"Invalid API Key"}', None, "fatal"),
@@ -186,4 +191,19 @@ def test_outcomes_compare_by_value() -> None:
 def test_every_status_gets_exactly_one_known_kind(status: int, body: bytes | None) -> None:
     outcome = classify(REQUEST, status, body, None)
     assert outcome.kind in {"ok", "retry", "in_doubt", "failed", "fatal"}
-    assert (outcome.kind == "ok") == (200 <= status < 300)
+    success = 200 <= status < 300
+    try:
+        answered = isinstance(orjson.loads(body or b""), dict)
+    except orjson.JSONDecodeError:
+        answered = status == 204 and not body
+    assert (outcome.kind == "ok") == (success and answered)
+    if success and not answered:  # not the service's answer: processed or not, unknown
+        assert outcome.kind == "in_doubt"
+
+
+def test_an_html_error_page_is_named_as_not_the_services_answer() -> None:
+    page = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+    outcome = classify(REQUEST, 502, page, None)
+    assert outcome.kind == "retry"
+    assert outcome.reason.startswith("502 bad gateway (an HTML page, not the service's JSON")
+    assert "nginx" not in outcome.reason  # the page itself is never repeated

@@ -22,6 +22,7 @@ from pydantic import SecretStr
 
 from engage_sync import kinds
 from engage_sync.adapters.budgets import budgets_for
+from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
@@ -36,12 +37,14 @@ from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.options import RunOptions
 from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema
+from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 
 log = logging.getLogger("engage_sync.adapters.wiring")
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
+STOP_MARGIN = 5.0  # seconds a stopped run has beyond one attempt's timeout to end
 DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL
 
 
@@ -152,10 +155,12 @@ def sync_file(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     clock: Callable[[], datetime] | None = None,
     runner: Runner | None = None,
+    stop: StopRequest | None = None,
 ) -> RunResult:
     """Run one integration file end to end, partitioned when it asks for partitions (then
-    `runner` executes them: threads of this process by default). Raises ConfigError /
-    SyncError after recording."""
+    `runner` executes them: threads of this process by default). `stop`, once set, stops an
+    unpartitioned run resumable (RunStopped), within the attempt timeout + 5 s.
+    Raises ConfigError / SyncError after recording."""
     options = options or RunOptions()
     store = store or open_state()
     clock = clock or _utcnow
@@ -174,23 +179,32 @@ def sync_file(
             key = secrets.api_key(integration.name, integration.service.api_key_env)
             run_budgets = budgets_for(integration, budgets)
         with http_transport(integration) as transport:
-            deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
-                        budgets=run_budgets, on_progress=on_progress, clock=clock)
-            if options.mode in ("incremental", "full_resync"):  # failed rows first
-                retry_failed_rows(integration, replace(deps, on_progress=None))
-            count = count_for(store, integration, options)
-            if count > 1:
-                execute = (runner or threads_runner)(integration, run_budgets)
-                with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
-                    result = run_partitioned(str(Path(path).resolve()), integration, options,
-                                             store, engine, count, execute, clock,
-                                             portable_url(store), on_progress)
-            else:
-                result = run_sync(integration, deps, options)
+            result = _send(path, integration, options, runner, stop, Deps(
+                engine=engine, state=store, transport=transport, api_key=key,
+                budgets=run_budgets, on_progress=on_progress, clock=clock, stop=stop))
         return RunResult(integration.name, record=result,
                        alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:
         duckdb_turns.release(engine)
+
+
+def _send(path: str | Path, integration: Integration, options: RunOptions,
+          runner: Runner | None, stop: StopRequest | None, deps: Deps) -> dict[str, Any]:
+    """The rows of failed requests first (incremental and full-resync runs), then the run
+    itself: partitioned (`runner` executes the partitions), or in this process."""
+    store = deps.state
+    count = count_for(store, integration, options)
+    if stop is not None and count == 1:  # a partitioned run stops as a crash does
+        stop.arm(integration.service.timeout_seconds + STOP_MARGIN)
+    if options.mode in ("incremental", "full_resync"):
+        retry_failed_rows(integration, replace(deps, on_progress=None))
+    if count == 1:
+        return run_sync(integration, deps, options)
+    execute = (runner or threads_runner)(integration, deps.budgets)
+    with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
+        return run_partitioned(str(Path(path).resolve()), integration, options, store,
+                               deps.engine, count, execute, deps.clock, portable_url(store),
+                               deps.on_progress)
 
 
 def portable_url(store: StateStore) -> SecretStr:
@@ -290,7 +304,9 @@ def run_direct(path: str | Path, options: RunOptions, state_url: str | None = No
     store = open_state(state_url)
     progress = ProgressReporter(logging.getLogger("engage_sync.progress").info)
     try:
-        outcome = sync_file(path, options=options, store=store, on_progress=progress)
+        with stop_on_sigterm() as stop:  # SIGTERM: stop resumable (RunStopped)
+            outcome = sync_file(path, options=options, store=store, on_progress=progress,
+                                stop=stop)
         if outcome.dry_run is not None:
             return outcome.dry_run.summary(outcome.integration)
         progress.finish(outcome.record or {})

@@ -19,7 +19,7 @@ from typing import Any
 from engage_sync.adapters import telemetry
 from engage_sync.adapters.failures import expected, one_line
 from engage_sync.cli.logging_setup import configure
-from engage_sync.errors import SyncError
+from engage_sync.errors import RunStopped, SyncError
 
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
@@ -343,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `engage-sync status ... | head`: the reader has had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except RunStopped as exc:  # SIGTERM: stopped resumable, and says so
+        from engage_sync.adapters.stop_signal import EXIT_STOPPED
+
+        print(f"engage-sync: {one_line(exc)}", file=sys.stderr)
+        return EXIT_STOPPED
     except Exception as exc:
         if args.debug or not expected(exc):
             raise

@@ -6,8 +6,9 @@ journal and status consume the outcome and never look at the response again.
 Kinds:
 - ``ok``: the service accepted the request; `item_errors` lists the items it refused anyway;
 - ``retry``: known not processed (connect errors, pool timeouts, 408, 429, 502, 503): send again;
-- ``in_doubt``: maybe processed (a timeout or a dropped connection after sending, 500, 504 and
-  unknown 5xx): send again only when duplicates are acceptable;
+- ``in_doubt``: maybe processed (a timeout or a dropped connection after sending, a body cut
+  short, 500, 504 and unknown 5xx, a 2xx whose body is not the service's JSON object): send
+  again only when duplicates are acceptable;
 - ``failed``: refused for good (400, 404, 413, 415, other 4xx): every item fails, with
   `item_errors` giving a finer reason where the service listed one;
 - ``fatal``: the whole run must stop (401, 403, an unusable base URL).
@@ -87,6 +88,9 @@ def _classify_exception(exc: Exception) -> Outcome:
     text = _exception_text(exc)
     if isinstance(exc, _NOT_SENT):
         return Outcome("retry", f"{text} (not sent)")
+    if isinstance(exc, httpx.ReadTimeout):  # sent, then no answer, or an answer that stalled
+        return Outcome("in_doubt", f"{text} (no answer within service.timeout_seconds after "
+                       "sending: may have been processed)")
     if isinstance(exc, _MAYBE_SENT):
         return Outcome("in_doubt", f"{text} (after sending: may have been processed)")
     if isinstance(exc, httpx.UnsupportedProtocol):
@@ -166,21 +170,40 @@ _FATAL_STATUSES = {
 }
 
 
-def _classify_status(request: Request, status: int, body: bytes | None) -> Outcome:
-    # Fast path: a success without `errors` needs no parsing.
-    if 200 <= status < 300:
-        if not body or b'"errors"' not in body:
-            return Outcome("ok", f"{status} success", status)
-        mapped, unmapped = _item_errors(request, _parse(body))
-        failed = len(mapped)
-        reason = f"{status} success" + (f", {failed} item errors" if failed else "")
-        if unmapped:
-            reason += f", {len(unmapped)} errors naming no item of the request"
-        return Outcome("ok", reason, status, mapped, unmapped)
+def _not_the_service(body: bytes | None) -> str:
+    """What to say of an error answer whose body is an HTML page: something in front of the
+    service answered (a proxy, a load balancer, a maintenance page)."""
+    if body and body.lstrip()[:1] == b"<":
+        return " (an HTML page, not the service's JSON: a proxy or gateway in front of it)"
+    return ""
 
+
+def _classify_success(request: Request, status: int, body: bytes | None) -> Outcome:
+    """A 2xx: the service's own answer is a JSON object (204 alone has no body). Anything else
+    came from something in front of it, or was mangled: processed or not, nobody knows."""
+    if status == 204 and not body:
+        return Outcome("ok", f"{status} success", status)
+    data = _parse(body)
+    if data is None:
+        return Outcome("in_doubt", f"{status} answer that is not the service's JSON (may have "
+                       "been processed): check that service.base_url reaches the service itself",
+                       status)
+    if "errors" not in data:
+        return Outcome("ok", f"{status} success", status)
+    mapped, unmapped = _item_errors(request, data)
+    failed = len(mapped)
+    reason = f"{status} success" + (f", {failed} item errors" if failed else "")
+    if unmapped:
+        reason += f", {len(unmapped)} errors naming no item of the request"
+    return Outcome("ok", reason, status, mapped, unmapped)
+
+
+def _classify_status(request: Request, status: int, body: bytes | None) -> Outcome:
+    if 200 <= status < 300:
+        return _classify_success(request, status, body)
     data = _parse(body)
     message = _service_message(data)
-    suffix = f": {message}" if message else ""
+    suffix = f": {message}" if message else _not_the_service(body)
     if status in _RETRY_STATUSES:
         return Outcome("retry", f"{status} {_RETRY_STATUSES[status]}{suffix}", status)
     if status in _FATAL_STATUSES:

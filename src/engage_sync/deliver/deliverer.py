@@ -145,6 +145,7 @@ class Deliverer:
         self._base = base_url.rstrip("/")
         if not self._base:
             raise ValueError("no base URL: check service.base_url")
+        self._service = f"the service at {_shown(self._base)}"  # for log lines
         self._urls: dict[str, httpx.URL] = {}  # endpoint → its parsed URL
         self._extensions = {"timeout": timeout.as_dict()}
         self._deadline = retry_deadline
@@ -196,8 +197,11 @@ class Deliverer:
             if not state.doubtful:
                 raise  # this request never left: the caller stops the run, nothing settled
             reason = f"{exc}; an earlier attempt may have been processed"
-            return Delivery(Outcome("in_doubt", reason), state.attempts, state.doubtful)
-        return Delivery(self._final(state, last.outcome), state.attempts, state.doubtful)
+            last = _Attempt(Outcome("in_doubt", reason), 0.0)
+        else:
+            last = _Attempt(self._final(state, last.outcome), last.floor)
+        self._tell(request, last.outcome)
+        return Delivery(last.outcome, state.attempts, state.doubtful)
 
     # --- one attempt ------------------------------------------------------------------------
 
@@ -290,10 +294,27 @@ class Deliverer:
         state: _Send = rs.args[0]
         attempt = _last_result(rs)
         self._log.warning(
-            "POST %s: %s; attempt %d of %d items, retrying in %.2f s",
-            state.request.endpoint, attempt.outcome.reason, state.attempts,
-            len(state.request.items), rs.upcoming_sleep,
+            "%s: POST %s: %s; retrying in %.2f s (attempt %d, %d items)", self._service,
+            state.request.endpoint, attempt.outcome.reason, rs.upcoming_sleep, state.attempts,
+            len(state.request.items),
         )
+
+    def _tell(self, request: Request, outcome: Outcome) -> None:
+        """One warning line for a request that ended in doubt or failed as a whole: the
+        service, what it answered, and what became of the request's rows."""
+        if outcome.kind not in ("in_doubt", "failed"):
+            return
+        rows = f"its {len(request.items)} rows"
+        if outcome.kind == "failed":
+            fate = f"{rows} failed"
+        elif request.resend_in_doubt:
+            fate = f"{rows} are counted in doubt"
+        else:
+            fate = f"not sent again (in_doubt: skip): {rows} are counted in doubt"
+        name = self._log.extra.get("integration") if self._log.extra else None
+        listed = f"`engage-sync errors {name}`" if name else "`engage-sync errors`"
+        self._log.warning("%s: POST %s: %s; %s, listed by %s", self._service,
+                          request.endpoint, outcome.reason, fate, listed)
 
     def _final(self, state: _Send, outcome: Outcome) -> Outcome:
         """A retryable outcome still standing when retrying stopped: say so, and how it ends."""
@@ -310,6 +331,14 @@ class Deliverer:
             return replace(outcome, kind="in_doubt", reason=f"{gave_up}; an earlier attempt "
                            "may have been processed")
         return replace(outcome, kind="failed", reason=gave_up)
+
+
+def _shown(base: str) -> str:
+    """The service's URL for a log line: no user, password or query."""
+    try:
+        return str(httpx.URL(base).copy_with(userinfo=b"", query=None))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "its base URL"
 
 
 def _last_result(rs: RetryCallState) -> _Attempt:

@@ -18,6 +18,7 @@ kind's name, on partitions or on the diff. No Prefect here: flows call `run_sync
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from engage_sync.cursor.progress import Cursor, Progress, may_move_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.errors import LeaseLost, RunRefused, SyncError
+from engage_sync.errors import LeaseLost, RunRefused, RunStopped, SyncError
 from engage_sync.items import UNCHANGED, Item
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import stored_cursor
@@ -46,6 +47,7 @@ from engage_sync.run.resume import Opened, Skipper, open_run
 from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop
 from engage_sync.run.stages import stages_for
+from engage_sync.run.stop import StopRequest
 from engage_sync.run.windows import window_before
 from engage_sync.state.retries import WindowBounds
 from engage_sync.state.row_errors import IN_FLIGHT_AT_CRASH, crash_position
@@ -66,6 +68,7 @@ class Deps:
     budgets: RateBudgets = field(default_factory=RateBudgets)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     on_progress: Callable[[dict[str, int]], None] | None = None
+    stop: StopRequest | None = None  # set to stop the run gracefully (SIGTERM), resumable
 
 
 def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions(),
@@ -131,9 +134,23 @@ class Run:
             tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
             state.finish_run(self.run_id, job_status(*tally),
                              message=job_message(self.i.name, *tally))
+        except RunStopped as exc:
+            lease.stop()  # no heartbeat may renew the lease released here
+            raise self._stopped(exc) from None
         finally:
             lease.stop()
         return record(state.run(self.run_id))
+
+    def _stopped(self, exc: RunStopped) -> RunStopped:
+        """A stopped run stays `running`, its lease released, so that the next start resumes
+        it at once: the one line that says so."""
+        state = self.deps.state
+        run = state.run(self.run_id)
+        message = (f"integration {self.i.name}: {exc}: requests in flight were settled, no "
+                   f"more were sent ({run['requests_sent']} in all); run {run['seq']} is "
+                   "resumable and the next run of the integration resumes it")
+        state.release_lease(self.run_id, self.owner, message=message)
+        return RunStopped(message)
 
     def _execute(self, opened: Opened) -> None:
         try:
@@ -143,8 +160,8 @@ class Run:
             self._check_delete_cap(opened.window)
             self._count_window(opened.window)
             self._stream(opened)
-        except LeaseLost:
-            raise  # the run is another process's now: leave its record alone
+        except (LeaseLost, RunStopped):
+            raise  # another process's run now, or stopped resumable: no error recorded
         except SyncError as exc:
             if not self.scope.resumes_after_error:
                 self._keep_failed(opened.window)
@@ -164,6 +181,8 @@ class Run:
                         max((e.req_no for e in opened.done), default=0), bool(self.lookback))
         try:
             for rows in self.reader.batches(window, self._record_rejects):
+                if self.deps.stop is not None:
+                    self.deps.stop.check()  # asked to stop: no new batch
                 self.stages.batch(rows.outcomes)
                 self._take(rows, skipper, cutter, opened.crashed)
                 self.deps.state.add_saved_counts(self.run_id, *self.stages.take_counts())
@@ -233,7 +252,8 @@ class Run:
             transport=self.deps.transport, api_key=self.deps.api_key, budgets=self.deps.budgets,
             base_url=service.base_url, retry_deadline=service.retry_deadline_seconds,
             timeout=attempt_timeout(service.timeout_seconds),
-            log_context={"integration": self.i.name}, guard=self._check_lease,
+            log_context={"integration": self.i.name}, guard=self._may_send,
+            sleep=self.deps.stop.sleep if self.deps.stop is not None else time.sleep,
         )
         mode, stored, moves = self.options.mode, self.stored, self.scope.moves_cursor
         return SendLoop(RunContext(
@@ -271,11 +291,13 @@ class Run:
                 f"max_deletes ({cap}); nothing was sent. Check the source, then raise "
                 f"max_deletes or rerun with --allow-deletes {rows}")
 
-    def _check_lease(self) -> None:
+    def _may_send(self) -> None:
         """Before every attempt to send: LeaseLost once this process may no longer own the
-        run."""
+        run, RunStopped once the run is asked to stop."""
         if self.lease is not None:
             self.lease.check()
+        if self.deps.stop is not None:
+            self.deps.stop.check()
 
     def _count_window(self, window: Window) -> None:
         """The window's row count (one COUNT query), for progress lines only."""

@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from engage_sync.config.integration import Integration
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
-from engage_sync.errors import LeaseLost, SyncError
+from engage_sync.errors import LeaseLost, RunStopped, SyncError
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.options import RunOptions
 from engage_sync.state.retries import LANDED, RETRIED, Retry
@@ -84,7 +84,7 @@ def retry_failed_rows(integration: Integration, deps: Deps) -> list[dict[str, An
     for retry in pending:
         try:
             record = Run(integration, deps, RunOptions(mode="retry"), RetryScope(retry)).execute()
-        except LeaseLost:
+        except (LeaseLost, RunStopped):
             raise
         except SyncError as exc:
             log.warning("integration %s: sending failed rows again stopped: %s; %d retries "

@@ -24,7 +24,7 @@ from typing import Any
 from engage_sync.cursor.progress import Cursor, Progress, Segment, digest
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.doubled import resent_after_doubt
-from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable
+from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable, RunStopped
 from engage_sync.items import Item, users_of
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
@@ -103,10 +103,12 @@ class SendLoop:
         self.unsaved: list[tuple[Outgoing, Settlement]] = []
         self.fatal: str | None = None
         self.stopped: RateBudgetUnavailable | None = None
+        self.unsent: list[int] = []  # journaled, then kept from leaving by a stop
 
     @property
     def halted(self) -> bool:
-        """Nothing more may be sent: credentials refused, or the shared budget lost."""
+        """Nothing more may be sent: credentials refused, the shared budget lost, or the run
+        stopped (the deliverer's guard refused to send)."""
         return bool(self.fatal) or self.stopped is not None
 
     def submit(self, segment: Outgoing, req_no: int) -> None:
@@ -182,6 +184,8 @@ class SendLoop:
             if (lost := _never_sent(future)) is not None:
                 # not settled: the cursor stops before it and the next run sends it
                 self.stopped = self.stopped or lost
+                if isinstance(lost, RunStopped) and segment.entry is not None:
+                    self.unsent.append(segment.entry.req_no)
                 continue
             if _refused(future):
                 # 401/403 (or refused unsent after one): nothing was processed. Not settled,
@@ -283,12 +287,16 @@ class SendLoop:
             raise FatalStop(self.fatal)
 
     def settle_in_flight(self) -> None:
-        """After an error elsewhere (the warehouse failed mid-window): send nothing more, wait
-        for the requests in flight and save how they ended, so none is left pending."""
+        """After an error elsewhere (the warehouse failed mid-window) or a stop: send nothing
+        more, wait for the requests in flight and save how they ended, so none is left pending
+        but those a stop kept from leaving, which are taken out of the journal."""
         self.queue = []
         while self.in_flight:
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
         self._save()
+        if self.unsent:
+            self.ctx.state.forget_unsent(self.ctx.run_id, self.unsent, owner=self.ctx.owner)
+            self.unsent = []
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

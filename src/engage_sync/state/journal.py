@@ -57,9 +57,11 @@ def pending_entries(conn: Connection, run_id: str) -> Sequence[Row[Any]]:
         journal.c.run_id == run_id, journal.c.state == "pending")).all()
 
 
-def delete_pending(conn: Connection, run_id: str) -> int:
+def delete_pending(conn: Connection, run_id: str, req_nos: Sequence[int] | None = None) -> int:
+    """Delete the run's pending entries (only those numbered `req_nos`, if given)."""
+    chosen = sa.true() if req_nos is None else journal.c.req_no.in_(list(req_nos))
     return int(conn.execute(journal.delete().where(
-        journal.c.run_id == run_id, journal.c.state == "pending")).rowcount)
+        journal.c.run_id == run_id, journal.c.state == "pending", chosen)).rowcount)
 
 
 def pending_in_doubt(conn: Connection, run_id: str, reason: str) -> None:

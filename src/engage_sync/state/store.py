@@ -118,6 +118,19 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
                               journal.named_items(pending, AFTER_KILL))
             return journal.delete_pending(conn, run_id)
 
+    def forget_unsent(self, run_id: str, req_nos: Sequence[int], owner: str | None = None
+                      ) -> None:
+        """Take out of the journal pending requests known never to have been processed (a
+        stop came before they left, or after attempts the service refused unprocessed), so
+        the run that resumes reads their rows again and sends them: neither in doubt nor
+        settled. Fenced on `owner` if given."""
+        if not req_nos:
+            return
+        with self.engine.begin() as conn:
+            fence(conn, run_id, owner)
+            gone = journal.delete_pending(conn, run_id, req_nos)
+            add_to_run(conn, run_id, requests_sent=-gone)
+
     def mark_pending_in_doubt(self, run_id: str, integration: str) -> set[int]:
         """Entries left pending by a crash, not to be sent again: their rows are in doubt, and
         named (from the keys the journal kept) in the same transaction, so no later kill can

@@ -1,0 +1,116 @@
+"""Faults of the answer: between the pipeline and the sandbox, a loopback proxy answers one
+request 200 with an HTML page, 502 with a gateway's page, cuts a body short or stalls it.
+
+Events under `in_doubt: skip`, one request in flight: an answer spoiled after the sandbox
+processed the request leaves its rows in doubt (named, never sent again); a 502 is retried.
+Nothing is lost or sent twice, the record adds up, and one warning line names the service,
+what it answered and what becomes of the rows."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.state.store import StateStore
+from tests.integration.answer_proxy import AnswerProxy
+from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
+
+ROWS, BATCH = 300, 75
+ALL = {f"e{i:06d}" for i in range(ROWS)}
+SECOND = {f"e{i:06d}" for i in range(BATCH, 2 * BATCH)}  # the rows of request 2
+
+
+def _run(warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+         action: str, caplog: pytest.LogCaptureFixture) -> tuple[dict[str, int], float]:
+    """Sync 300 events through the proxy, request 2 spoiled by `action`; the record and the
+    run's seconds."""
+    with AnswerProxy(service.base_url, "/users/track", {2: action}).running() as proxy:
+        path = table_integration(
+            warehouse, Service(proxy.url, service.control), tmp_path, "events",
+            event_rows(ROWS, users=60, step=timedelta(milliseconds=500)), in_doubt="skip",
+            service={"max_in_flight": 1, "timeout_seconds": 1.5})
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="engage_sync"):
+            record = sync_file(path, store=state).record
+        assert proxy.spoiled == [(2, action)]
+    assert record is not None
+    return record, time.monotonic() - started
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+            and r.name.startswith("engage_sync")]
+
+
+def _assert_in_doubt(record: dict[str, int], service: Service, state: StateStore) -> None:
+    """Request 2 was processed but its answer is unknown: its rows are in doubt, named, and
+    not sent again; every other row synced once."""
+    assert record["rows_read"] == ROWS
+    assert record["rows_synced"] == ROWS - BATCH and record["rows_in_doubt"] == BATCH
+    assert record["rows_failed_with_errors"] == 0 and record["job_status"] == "partial"
+    ids = Counter(service.event_ids())
+    assert set(ids) == ALL and max(ids.values()) == 1  # processed once, never sent again
+    named = {e["row_key"] for e in state.errors("events", limit=1000) if e["kind"] == "in_doubt"}
+    assert named == SECOND
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_200_that_is_not_json_leaves_its_rows_in_doubt(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    record, _ = _run(warehouse, service, state, tmp_path, "not_json", caplog)
+    _assert_in_doubt(record, service, state)
+    [line] = _warnings(caplog)
+    assert "the service at http://127.0.0.1:" in line
+    assert "200 answer that is not the service's JSON" in line
+    assert "not sent again (in_doubt: skip)" in line and "engage-sync errors events" in line
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_502_html_page_is_retried_and_every_event_lands_once(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    record, _ = _run(warehouse, service, state, tmp_path, "html_502", caplog)
+    assert record["rows_read"] == record["rows_synced"] == ROWS
+    assert record["rows_in_doubt"] == 0 and record["job_status"] == "success"
+    ids = Counter(service.event_ids())
+    assert set(ids) == ALL and max(ids.values()) == 1
+    [line] = _warnings(caplog)
+    assert "the service at http://127.0.0.1:" in line
+    assert "502 bad gateway (an HTML page, not the service's JSON" in line
+    assert "retrying in" in line
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_body_cut_short_leaves_its_rows_in_doubt(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    record, _ = _run(warehouse, service, state, tmp_path, "cut", caplog)
+    _assert_in_doubt(record, service, state)
+    [line] = _warnings(caplog)
+    assert "the service at http://127.0.0.1:" in line and "RemoteProtocolError" in line
+    assert "not sent again (in_doubt: skip)" in line
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_an_answer_that_stalls_ends_by_the_read_timeout_in_doubt(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    record, seconds = _run(warehouse, service, state, tmp_path, "stall", caplog)
+    _assert_in_doubt(record, service, state)
+    assert seconds < 10  # the 1.5 s read timeout ended it; the proxy would hold it 120 s
+    [line] = _warnings(caplog)
+    assert "the service at http://127.0.0.1:" in line and "ReadTimeout" in line
+    assert "no answer within service.timeout_seconds" in line
+    assert "no answer within service.timeout_seconds" in line
+    assert "not sent again (in_doubt: skip)" in line
