@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+import uvicorn
 import yaml
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
@@ -139,6 +143,27 @@ def warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Wareho
         with admin.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
         admin.dispose()
+
+
+@contextmanager
+def served(app: Any, token: str) -> Iterator[httpx.Client]:
+    """An ASGI app served by uvicorn on a free loopback port, and a client sending `token`."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                          headers={"Authorization": f"Bearer {token}"}) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        thread.join(5)
+        sock.close()
 
 
 @pytest.fixture

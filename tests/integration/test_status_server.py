@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from engage_sync.adapters.status_server import create_app
 from engage_sync.adapters.wiring import open_state
@@ -30,6 +26,7 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     integration_body,
+    served,
     user_rows,
     users_table,
     write_integration,
@@ -61,21 +58,8 @@ def client(store: StateStore, tmp_path: Path) -> Iterator[httpx.Client]:
     """The status app served by uvicorn on a free loopback port, and a client with the token."""
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "fresh.yaml").write_text("kind: attributes\n")
-    app = create_app(store, TOKEN, tmp_path / "config")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}",
-                      headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+    with served(create_app(store, TOKEN, tmp_path / "config"), TOKEN) as c:
         yield c
-    server.should_exit = True
-    thread.join(5)
-    sock.close()
 
 
 def links(response: httpx.Response) -> dict[str, str]:

@@ -11,6 +11,15 @@ state database, so tools written for the service's endpoint work against engage-
 - 400 `{"message": "Invalid cursor"}` and 400 `{"message": "Invalid integration ID"}` (an id
   that is neither an integration file of the config folder nor a name with recorded runs).
 
+`GET /cdi/integrations[?cursor=C]`: the integration files of the config folder as the service
+lists its integrations (`status.integrations`: id, name, type, status, warehouse type, the last
+run's start, status and last timestamp synced), 10 a page with the same Link and cursor rules.
+
+`POST /cdi/integrations/{integration_id}/sync`: starts one run of that file in this process (a
+thread; `sync_starter`) and answers 202 `{"message": "success"}`; 429 `Another job is in
+progress` while a run of it is going on here or under a live lease elsewhere; 404 `Integration
+not found` for an id with no file; 400 `Invalid integration ID` for a malformed one.
+
 `GET /metrics`: the records as Prometheus counters per integration (rows synced, failed,
 rejected, in doubt, unchanged; data points sent and saved; requests; runs by status) and the
 time of the last successful run (`status.metrics`); a scrape sends the same token
@@ -34,13 +43,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from engage_sync.adapters.sync_starter import Sync, SyncStarter
+from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError
 from engage_sync.state.store import StateStore
+from engage_sync.status.integrations import files_by_id, integrations_page
 from engage_sync.status.metrics import render
-from engage_sync.status.record import InvalidCursor, page
+from engage_sync.status.record import InvalidCursor, StatusPage, page
 
 TOKEN_ENV = "ENGAGE_SYNC_STATUS_TOKEN"
 PATH = "/cdi/integrations/{integration_id}/job_sync_status"
+LIST_PATH = "/cdi/integrations"
+SYNC_PATH = "/cdi/integrations/{integration_id}/sync"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
@@ -65,50 +79,98 @@ def token_from_env() -> str:
     return token
 
 
-def create_app(store: StateStore, token: str, config_dir: str | Path | None = None) -> Starlette:
-    """The status app over one state store. `config_dir` names integrations that have no runs
-    yet (they answer with an empty page instead of `Invalid integration ID`)."""
-    expected = f"Bearer {token}".encode()
-    folder = Path(config_dir) if config_dir else None
+class _Endpoints:
+    """The handlers over one store, token, config folder and sync starter."""
 
-    def known(integration_id: str) -> bool:
-        if not _ID.match(integration_id):
-            return False
-        if store.count_runs(integration_id) > 0:
-            return True
-        return folder is not None and any(
-            (folder / f"{integration_id}{ext}").is_file() for ext in (".yaml", ".yml"))
+    def __init__(self, store: StateStore, token: str, folder: Path | None,
+                 starter: SyncStarter) -> None:
+        self.store = store
+        self.expected = f"Bearer {token}".encode()
+        self.folder = folder
+        self.starter = starter
 
-    def refused(request: Request) -> Response | None:
+    def refused(self, request: Request) -> Response | None:
         """401 unless the request carries the token."""
         given = request.headers.get("authorization", "").encode()
-        if hmac.compare_digest(given, expected):
+        if hmac.compare_digest(given, self.expected):
             return None
         return _json({"message": "Unauthorized: send 'Authorization: Bearer <token>'"},
                      401, headers={"WWW-Authenticate": "Bearer"})
 
-    async def job_sync_status(request: Request) -> Response:
-        if (no := refused(request)) is not None:
+    def file_of(self, integration_id: str) -> Path | None:
+        """The integration file of a well-formed id in the config folder, if there is one."""
+        if self.folder is None or not _ID.match(integration_id):
+            return None
+        return files_by_id(self.folder).get(integration_id)
+
+    def known(self, integration_id: str) -> bool:
+        if not _ID.match(integration_id):
+            return False
+        return self.store.count_runs(integration_id) > 0 or self.file_of(integration_id) is not None
+
+    async def job_sync_status(self, request: Request) -> Response:
+        if (no := self.refused(request)) is not None:
             return no
         integration_id = request.path_params["integration_id"]
-        if not known(integration_id):
+        if not self.known(integration_id):
             return _message("Invalid integration ID")
         try:
-            result = page(store, integration_id, request.query_params.get("cursor"),
+            result = page(self.store, integration_id, request.query_params.get("cursor"),
                           extended=False)
         except InvalidCursor:
             return _message("Invalid cursor")
-        base = str(request.url.replace(query=""))
-        link = result.link_header(base)
-        return _json(result.body(), headers={"Link": link} if link else None)
+        return _paged(request, result)
 
-    async def metrics(request: Request) -> Response:
-        if (no := refused(request)) is not None:
+    async def integrations(self, request: Request) -> Response:
+        if (no := self.refused(request)) is not None:
             return no
-        return Response(render(store.run_totals()), media_type=METRICS_TYPE)
+        if self.folder is None:
+            return _json(StatusPage([], None, None).body())
+        try:
+            result = integrations_page(self.store, self.folder,
+                                       request.query_params.get("cursor"))
+        except InvalidCursor:
+            return _message("Invalid cursor")
+        return _paged(request, result)
 
-    return Starlette(routes=[Route(PATH, job_sync_status, methods=["GET"]),
-                             Route("/metrics", metrics, methods=["GET"])])
+    async def sync(self, request: Request) -> Response:
+        if (no := self.refused(request)) is not None:
+            return no
+        integration_id = request.path_params["integration_id"]
+        if not _ID.match(integration_id):
+            return _message("Invalid integration ID")
+        path = self.file_of(integration_id)
+        if path is None:
+            return _message("Integration not found", 404)
+        if not self.starter.start(integration_id, path):
+            return _message("Another job is in progress", 429)
+        return _json({"message": "success"}, 202)
+
+    async def metrics(self, request: Request) -> Response:
+        if (no := self.refused(request)) is not None:
+            return no
+        return Response(render(self.store.run_totals()), media_type=METRICS_TYPE)
+
+
+def _paged(request: Request, result: StatusPage) -> Response:
+    link = result.link_header(str(request.url.replace(query="")))
+    return _json(result.body(), headers={"Link": link} if link else None)
+
+
+def create_app(store: StateStore, token: str, config_dir: str | Path | None = None,
+               sync: Sync | None = None) -> Starlette:
+    """The status app over one state store. `config_dir`: the integration files listed and
+    started (one without runs answers job_sync_status with an empty page, not `Invalid
+    integration ID`). `sync` runs one file (default `wiring.sync_file` on this store); the
+    starter is `app.state.starter`."""
+    starter = SyncStarter(store, sync or (lambda path: sync_file(path, store=store)))
+    e = _Endpoints(store, token, Path(config_dir) if config_dir else None, starter)
+    app = Starlette(routes=[Route(PATH, e.job_sync_status, methods=["GET"]),
+                            Route(LIST_PATH, e.integrations, methods=["GET"]),
+                            Route(SYNC_PATH, e.sync, methods=["POST"]),
+                            Route("/metrics", e.metrics, methods=["GET"])])
+    app.state.starter = starter
+    return app
 
 
 def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", port: int = 8788,

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from pydantic import SecretStr
 
 from engage_sync import kinds
+from engage_sync.adapters import lineage
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
@@ -160,10 +161,21 @@ def sync_file(
     """Run one integration file end to end, partitioned when it asks for partitions (then
     `runner` executes them: threads of this process by default). `stop`, once set, stops an
     unpartitioned run resumable (RunStopped), within the attempt timeout + 5 s.
-    Raises ConfigError / SyncError after recording."""
+    Raises ConfigError / SyncError after recording. Told to OpenLineage when it is
+    configured (`lineage`)."""
     options = options or RunOptions()
     store = store or open_state()
-    clock = clock or _utcnow
+    with lineage.observe(path, live=not options.dry_run) as seen:
+        result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
+                       runner, seen, stop)
+        seen.finish(result.record)
+    return result
+
+
+def _sync(path: str | Path, options: RunOptions, store: StateStore,
+          budgets: RateBudgets | None, on_progress: Callable[[dict[str, int]], None] | None,
+          clock: Callable[[], datetime], runner: Runner | None,
+          seen: lineage.Observer, stop: StopRequest | None) -> RunResult:
     integration = load_or_record(path, store)
     with _config_errors_recorded(store, integration.name):
         integration = with_expanded_service(integration)
@@ -175,6 +187,7 @@ def sync_file(
         if options.dry_run:
             return RunResult(integration.name, dry_run=dry_run(
                 integration, engine, store, clock=clock, options=options))
+        seen.start(integration, engine)
         with _config_errors_recorded(store, integration.name):
             key = secrets.api_key(integration.name, integration.service.api_key_env)
             run_budgets = budgets_for(integration, budgets)

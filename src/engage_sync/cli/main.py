@@ -306,13 +306,14 @@ def _add_backfill(sub: Any) -> None:
 def _add_operations(sub: Any) -> None:
     """status-server, prune, demo, sandbox."""
     server = sub.add_parser(
-        "status-server", help="serve GET /cdi/integrations/{id}/job_sync_status over HTTP",
-        description="The service's job sync status endpoint over the state database, behind "
+        "status-server", help="serve the service's /cdi/integrations endpoints over HTTP",
+        description="The service's job sync status, integrations list and sync trigger "
+        "(/cdi/integrations...) and /metrics over the state database, behind "
         "'Authorization: Bearer $ENGAGE_SYNC_STATUS_TOKEN'.")
     server.add_argument("--host", default="127.0.0.1")
     server.add_argument("--port", type=int, default=8788)
     server.add_argument("--config-dir", default=os.environ.get("ENGAGE_SYNC_CONFIG_DIR", "config"),
-                        help="integrations without runs yet are known from their files here")
+                        help="the integration files listed and started (runs in this process)")
     server.add_argument("--state-url", default=None)
     server.set_defaults(func=cmd_status_server)
     prune = sub.add_parser("prune", help="delete rejected/failed row records older than an age")

@@ -228,6 +228,15 @@ class RunRows:
         return [{**r, "last_finish": _utc(r["last_finish"])} for r in rows
                 if partition_names.parse(r["integration"]) is None]
 
+    def has_live_run(self, integration: str) -> bool:
+        """True while a run of the integration is `running` under a lease that has not
+        expired: a process is at it. A crashed run's lease runs out; the next start resumes it."""
+        with self.engine.connect() as conn:
+            found = conn.scalar(sa.select(runs.c.run_id).where(
+                runs.c.integration == integration, runs.c.job_status == "running",
+                runs.c.lease_until > now()).limit(1))
+        return found is not None
+
     def run_seqs(self, integration: str, *, at_most: int | None = None,
                  above: int | None = None, limit: int) -> list[int]:
         """Run seqs of an integration: newest first at or below `at_most`, or oldest first
