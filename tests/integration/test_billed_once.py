@@ -14,12 +14,15 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SchemaChanged
-from engage_sync.run.options import run_options
+from engage_sync.run.options import RunOptions, run_options
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
     Service,
     Warehouse,
+    event_rows,
+    kill_during_request,
+    resume_cli,
     table_integration,
     write_integration,
 )
@@ -140,3 +143,121 @@ def test_a_payload_key_whose_json_type_changed_stops_the_run(
         _guarded(path, state)
     assert len(service.requests()) == requests
     assert _guarded(path, state, accept=True)["rows_synced"] == 20
+
+
+# --- one object per user per run --------------------------------------------------------------
+
+
+def _changes(wh: Warehouse, users: int, twice: int) -> list[dict[str, Any]]:
+    """`users` users, one row each; the first `twice` of them again later with new values."""
+    rows = [{"updated_at": T0 + timedelta(seconds=i), "user_id": f"s{i:05d}", "plan": "free",
+             "tier": "t1"} for i in range(users)]
+    rows += [{"updated_at": T0 + timedelta(hours=1, seconds=i), "user_id": f"s{i:05d}",
+              "plan": "pro", "tier": "t2"} for i in range(twice)]
+    wh.create("changes", [("updated_at", sa.DateTime()), ("user_id", sa.String()),
+                          ("plan", sa.String()), ("tier", sa.String())])
+    wh.insert("changes", rows)
+    return rows
+
+
+def _changes_file(wh: Warehouse, svc: Service, folder: Path, **extra: Any) -> Path:
+    return write_integration(folder, "changes", {
+        "kind": "attributes", "warehouse": {"url": wh.url}, "source": {"table": "changes"},
+        "mapping": {"identifier": {"external_id": "USER_ID"},
+                    "attributes": {"PLAN": "plan", "TIER": "tier"}},
+        "service": {"base_url": svc.base_url, "retry_deadline_seconds": 60}, **extra})
+
+
+def test_a_user_with_several_rows_in_a_run_is_sent_once_with_the_latest_values(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    _changes(warehouse, 3000, 1000)
+    path = _changes_file(warehouse, service, tmp_path)
+    dry = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
+    assert dry is not None
+    assert {k: dry.summary("changes")[k] for k in (
+        "rows", "rows_unchanged", "data_points_sent", "data_points_saved")} == {
+        "rows": 3000, "rows_unchanged": 1000, "data_points_sent": 6000,
+        "data_points_saved": 2000}
+    first = _run(path, state)
+    assert _points(service) == 6000  # not 8,000: 1,000 superseded rows bought nothing
+    assert (first["rows_read"], first["rows_synced"], first["rows_unchanged"]) == (
+        4000, 3000, 1000)
+    assert first["data_points_sent"] == 6000 and first["data_points_saved"] == 2000
+    assert service.profile("s00007")["attributes"] == {  # type: ignore[index]
+        "plan": "pro", "tier": "t2"}
+    assert service.profile("s02500")["attributes"] == {  # type: ignore[index]
+        "plan": "free", "tier": "t1"}
+
+
+def test_superseded_rows_send_sends_every_row_in_order(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    _changes(warehouse, 300, 100)
+    _run(_changes_file(warehouse, service, tmp_path, superseded_rows="send"), state)
+    assert _points(service) == 800
+    assert service.profile("s00007")["attributes"]["plan"] == "pro"  # type: ignore[index]
+
+
+def test_killed_after_passing_a_superseded_row_the_resumed_run_sends_the_latest(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path,
+) -> None:
+    """Rows passed as superseded are behind the progress a kill leaves; the resumed run reads
+    only what follows, where each such user's later row is its last: sent, never passed."""
+    rows = _changes(warehouse, 3000, 3000)
+    path = _changes_file(warehouse, service, tmp_path, extract_batch_rows=500)
+    warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    # every first row is superseded (3,000 passed, no request), so request 10 carries later
+    # rows: the kill comes after the progress moved over superseded rows
+    kill_during_request(path, service, sandbox_key, state_url, nth=10)
+    resume_cli(path, state_url, sandbox_key)
+    latest = {r["user_id"]: {"plan": r["plan"], "tier": r["tier"]} for r in rows}
+    profiles = service.profiles()
+    assert len(profiles) == 3000
+    assert all(p["attributes"] == latest[p["external_id"]] for p in profiles)
+
+
+# --- the dry run's bill -----------------------------------------------------------------------
+
+
+def _predicted_then_billed(path: Path, state: StateStore, service: Service) -> tuple[int, int]:
+    """The dry run's data points, then what the sandbox billed for the same run."""
+    dry = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
+    assert dry is not None
+    before = _points(service)
+    _run(path, state)
+    return dry.summary(path.stem)["data_points_sent"], _points(service) - before
+
+
+def test_the_dry_run_predicts_the_bill_of_attributes_events_and_purchases(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    _changes(warehouse, 600, 200)  # superseded rows and a first run sent whole
+    changes = _changes_file(warehouse, service, tmp_path)
+    predicted, billed = _predicted_then_billed(changes, state, service)
+    assert predicted == billed == 1200
+    warehouse.execute("UPDATE changes SET updated_at = updated_at + INTERVAL '1 day', "
+                      "tier = 't9' WHERE user_id < 's00050'")  # diffed: one point each
+    assert _predicted_then_billed(changes, state, service) == (50, 50)
+
+    events = table_integration(warehouse, service, tmp_path, "events",
+                               event_rows(340, step=timedelta(seconds=1)))
+    assert _predicted_then_billed(events, state, service) == (340, 340)
+
+    warehouse.create("orders", [("order_id", sa.String()), ("customer_id", sa.String()),
+                                ("sku", sa.String()), ("currency", sa.String()),
+                                ("amount", sa.Float()), ("updated_at", sa.DateTime())])
+    warehouse.insert("orders", [
+        {"order_id": f"o{i}", "customer_id": f"c{i % 7}", "sku": f"s{i % 3}",
+         "currency": "USD" if i % 10 else "dollars", "amount": 10.5 + i,
+         "updated_at": T0 + timedelta(minutes=i)}
+        for i in range(120)])  # every tenth row rejected (not a currency code): not billed
+    orders = write_integration(tmp_path, "orders", {
+        "kind": "purchases", "warehouse": {"url": warehouse.url},
+        "source": {"table": "orders"}, "row_key": ["ORDER_ID"],
+        "mapping": {"identifier": {"external_id": "CUSTOMER_ID"}, "purchase": {
+            "product_id": "SKU", "currency": "CURRENCY", "price": "AMOUNT"}},
+        "service": {"base_url": service.base_url}})
+    predicted, billed = _predicted_then_billed(orders, state, service)
+    assert predicted == billed == 108

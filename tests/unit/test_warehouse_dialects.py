@@ -23,7 +23,8 @@ from sqlalchemy.engine import URL
 from engage_sync.config.files import parse_integration
 from engage_sync.cursor.window import Window
 from engage_sync.kinds.track_transform import transform_batch
-from engage_sync.read.extract import SourceSpec, build_query, rows_to_batch
+from engage_sync.read.driver_rows import rows_to_batch
+from engage_sync.read.extract import SourceSpec, build_query
 
 SPEC = SourceSpec(integration="users", table="USERS_SYNC", schema="ANALYTICS", query=None,
                   cursor_column="UPDATED_AT", key_columns=("EXTERNAL_ID",),

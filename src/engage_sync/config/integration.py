@@ -128,6 +128,10 @@ class Integration(Frozen):
     diff: DiffSetting = "fields"
     update_existing_only: bool | None = None
     failed_rows_alert_share: float | None = Field(default=None, ge=0, le=1)
+    superseded_rows: Literal["skip", "send"] = "skip"
+    """Mapped attributes: `skip` sends no object for a row followed by a later row of the same
+    user in the same run (the later holds every mapped attribute); `send` sends every row in
+    order (columns that hold array operations)."""
     failed_row_tries: int = Field(default=5, ge=1, le=100)
     """Sends a failed request's rows get, the first included, before they are parked (later
     runs send them again first: `run/retries.py`); 1: never sent again."""

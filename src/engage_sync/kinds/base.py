@@ -79,6 +79,17 @@ class Kind:
         """The column whose hash decides a row's partition, or None: not partitionable."""
         return None if self.user_column is None else self.user_column(integration)
 
+    def superseded_by(self, integration: Integration) -> tuple[str, ...]:
+        """The columns naming a row's user when a row followed by a later row of the same user
+        in one run needs no object (`superseded_rows: skip`): a diffable kind with mapped
+        columns only (every row holds every attribute) and no subscription groups (changes,
+        not values); else () and every row is sent."""
+        m = integration.mapping
+        if not self.diffable or m is None or m.subscription_groups \
+                or integration.superseded_rows != "skip":
+            return ()
+        return integration.identifier_columns
+
     def diffs(self, integration: Integration) -> bool:
         """Whether runs of this integration send only the attributes that changed."""
         return self.diffable and integration.diff == "fields"

@@ -18,10 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -32,6 +30,7 @@ from engage_sync.cursor.window import Window, align
 from engage_sync.errors import SourceError
 from engage_sync.read import adbc as extract_adbc
 from engage_sync.read import key_digest, snowflake_arrow, warehouse_hints
+from engage_sync.read.driver_rows import rows_to_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +52,9 @@ class SourceSpec:
     partition_column: str | None = None
     """The column whose hash decides a row's partition (the user's key), if the kind can be
     partitioned."""
+    superseded_by: tuple[str, ...] = ()
+    """The user's columns, when each row also carries `LATER_ROWS`: how many rows of the same
+    user follow it in the window (the warehouse counts them)."""
     connect_args: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
     hand them to the driver too. Never shown (not in the repr)."""
@@ -66,10 +68,15 @@ class SourceSpec:
 
     @property
     def names(self) -> list[str]:
-        """Every column of a batch, in order: the configured columns, then the digests."""
+        """Every column of a batch, in order: the configured columns, the digests, then
+        LATER_ROWS when asked for (`superseded_by`)."""
         return [*self.columns, *(key_digest.label(k) for k in self.key_columns
-                                 if k in self.digested)]
+                                 if k in self.digested),
+                *([LATER_ROWS] if self.superseded_by else [])]
 
+
+LATER_ROWS = "engage_later_rows"
+"""The batch column of `SourceSpec.superseded_by`: 0 for a user's last row in the window."""
 
 OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
 """The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
@@ -156,7 +163,10 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
     digests = [position(k).label(key_digest.label(k)) for k in spec.key_columns
                if k in spec.digested]
-    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests).select_from(src)
+    later = [_later_rows([col(c) for c in spec.superseded_by], order)] \
+        if spec.superseded_by else []
+    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests, *later
+                      ).select_from(src)
     # NULL keys sort first, as NULL_KEY does in Python (nulls.py)
     sort = [order[0], *(o.nulls_first() for o in order[1:])]
     if window.start is not None:
@@ -172,6 +182,14 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     if window.until is not None:
         query = query.where(sa.not_(_after(order, window.until)))
     return query.order_by(*sort)
+
+
+def _later_rows(user: list[sa.ColumnElement[Any]], order: list[sa.ColumnElement[Any]]
+                ) -> sa.ColumnElement[Any]:
+    """How many rows of the same user follow this one in the window: computed over the rows
+    the WHERE clause keeps, so a resumed run counts only what it reads again."""
+    rank = sa.func.row_number().over(partition_by=user, order_by=[o.desc() for o in order])
+    return (rank - 1).label(LATER_ROWS)
 
 
 def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
@@ -316,45 +334,6 @@ def _generic_batches(
     for rows in result.partitions(batch_rows):
         if rows:
             yield rows_to_batch(rows, names)
-
-
-def rows_to_batch(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> pa.RecordBatch:
-    """Driver rows → one Arrow batch, a column per name."""
-    columns = list(zip(*rows, strict=True))
-    return pa.RecordBatch.from_arrays([to_array(values) for values in columns],
-                                      names=list(names))
-
-
-def to_array(values: Sequence[Any]) -> pa.Array:
-    """One column of driver values as an Arrow array.
-
-    Objects (a JSON, VARIANT, STRUCT or SUPER column that the driver parsed into dicts or
-    lists) become JSON text, one document per row: an Arrow struct would give every row the
-    union of all rows' keys, the missing ones as nulls, and a null attribute unsets it at the
-    service. Mixed types that Arrow refuses become text too."""
-    sample = next((v for v in values if v is not None), None)
-    if isinstance(sample, Mapping | list) or hasattr(sample, "asDict"):
-        return pa.array([None if v is None else _json_text(v) for v in values], pa.string())
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([None if v is None else _json_text(v) if isinstance(v, Mapping | list)
-                         else str(v) for v in values], type=pa.string())
-
-
-def _json_text(value: Any) -> str:
-    return orjson.dumps(value, default=_json_default).decode()
-
-
-def _json_default(value: Any) -> Any:
-    """What orjson does not write itself: decimals (as numbers), a driver's row objects."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if hasattr(value, "asDict"):
-        return value.asDict()
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot write a {type(value).__name__} as JSON")
 
 
 @contextmanager

@@ -7,6 +7,10 @@ Invariants:
   same content was acknowledged before; backfill of events: an incremental run sent it or will);
 - the rejects of a batch are handed to `on_rejects` (to be made durable) before the batch is
   yielded, so the cursor can never pass a reject that is not recorded;
+- with `superseded_rows: skip` (`Kind.superseded_by`), an item whose user has a later row in
+  the window is UNCHANGED (passed, not sent; its points counted as saved): the later row holds
+  every mapped attribute, so the service's net result is the same. A resumed run counts later
+  rows over what it reads again only, so a user's last row is never passed unsent;
 - stages (`run.stage`: the field diff) see a batch only after it is yielded, so they see
   items left after the drops.
 """
@@ -26,9 +30,9 @@ from engage_sync.cursor.null_keys import null_key_reasons, position_value
 from engage_sync.cursor.progress import REJECTED, Cursor, digest, stamp
 from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
-from engage_sync.items import Item, RowOutcome, Unchanged
+from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
 from engage_sync.kinds import Kind
-from engage_sync.read.extract import SourceSpec, stream_batches
+from engage_sync.read.extract import LATER_ROWS, SourceSpec, stream_batches
 from engage_sync.read.sent_rows import SentRows
 from engage_sync.state.row_errors import reject_position
 from engage_sync.state.store import StateStore
@@ -44,6 +48,8 @@ class RowBatch:
         self.columns = columns
         self.outcomes: list[RowOutcome] = [None] * num_rows
         self._all: list[Cursor] | None = None
+        self.superseded = 0  # rows passed for a later row of the same user, and their points
+        self.superseded_points = 0
 
     def cursor(self, k: int) -> Cursor:
         if self._all is not None:
@@ -73,6 +79,7 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         null_cursor_oldest=integration.null_cursor == "oldest",
         digested=integration.hidden_key_columns,
         partition_column=kind.partition_column(integration),
+        superseded_by=kind.superseded_by(integration),
         connect_args=secrets.connect_args(integration.warehouse.connect_args,
                                           integration.name),
     )
@@ -109,6 +116,8 @@ class Reader:
         seq, ties = 0, Ties()
         for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
             rows = self._transform(batch, seq)
+            if self.spec.superseded_by:
+                _pass_superseded(rows, batch.column(LATER_ROWS).to_pylist())
             if self.drops.lookback and self.drops.stored is not None:
                 self._drop_acknowledged(rows)
             if self.drops.sent is not None:
@@ -177,3 +186,12 @@ class Reader:
             key, mark = (o.key, digest(o.blob)) if isinstance(o, Item) else (o[0], REJECTED)
             if (key, stamp(cursors[k][0]), mark) in known:
                 outcomes[k] = None
+
+
+def _pass_superseded(rows: RowBatch, later: list[int | None]) -> None:
+    """Items of users with a later row in the window become UNCHANGED, counted as saved."""
+    for k, outcome in enumerate(rows.outcomes):
+        if isinstance(outcome, Item) and later[k]:
+            rows.outcomes[k] = UNCHANGED
+            rows.superseded += 1
+            rows.superseded_points += outcome.points

@@ -1,7 +1,10 @@
 """A dry run: read, validate and pack the next window, sending and recording nothing.
 
-Invariant: nothing is written to the service or to the run history; the only write is the
+Invariants: nothing is written to the service or to the run history; the only write is the
 field diff's fold of what a killed run logged (where things are recorded, not what).
+`data_points_sent` predicts what the service bills for the window as it is read now: each
+attribute key the diff would send (superseded rows none), each event and each purchase;
+rows the service would refuse one by one are the only thing it cannot see.
 """
 
 from __future__ import annotations
@@ -76,9 +79,13 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
                 for outcome in rows.outcomes:
                     if outcome is not None and not isinstance(outcome, Unchanged):
                         result.add(outcome, packer, sample_size)
+                result.unchanged += rows.superseded
+                result.saved += rows.superseded_points
             if packer.flush() is not None:
                 result.requests += 1
-            result.unchanged, result.saved = run.stages.take_counts()
+            unchanged, saved = run.stages.take_counts()
+            result.unchanged += unchanged
+            result.saved += saved
         finally:
             run.stages.stop()
     return result

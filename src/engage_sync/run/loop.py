@@ -185,7 +185,9 @@ class Run:
                     self.deps.stop.check()  # asked to stop: no new batch
                 self.stages.batch(rows.outcomes)
                 self._take(rows, skipper, cutter, opened.crashed)
-                self.deps.state.add_saved_counts(self.run_id, *self.stages.take_counts())
+                unchanged, saved = self.stages.take_counts()
+                self.deps.state.add_saved_counts(self.run_id, unchanged + rows.superseded,
+                                                 saved + rows.superseded_points)
             cutter.finish()
             loop.drain()
             self.stages.close()
