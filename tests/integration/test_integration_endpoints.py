@@ -6,8 +6,11 @@ against the sandbox, answering 429 `Another job is in progress` while it runs.""
 from __future__ import annotations
 
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -131,3 +134,46 @@ def test_post_sync_refuses_while_another_process_holds_the_run(
         assert client.post("/cdi/integrations/broken/sync").status_code == 202
         app.state.starter.join(10)
     assert started == [folder / "broken.yaml"]
+
+
+def _find_job_after(results: list[dict[str, Any]], triggered_after: datetime
+                    ) -> dict[str, Any] | None:
+    """airflow-provider-braze 1.0.4, `BrazeHook._find_job_after`, restated (the provider
+    imports Airflow): the newest record, if it started at or after the trigger."""
+    if not results or not results[0].get("sync_start_time"):
+        return None
+    job = results[0]
+    started = datetime.fromisoformat(job["sync_start_time"].replace("Z", "+00:00"))
+    return job if started >= triggered_after else None
+
+
+def test_the_airflow_providers_trigger_and_wait_work_unchanged(
+        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path) -> None:
+    """The calls of airflow-provider-braze's `BrazeRunCDIJobOperator` (trigger, then poll
+    job_sync_status until a terminal status), with its headers: a client written for the
+    service's endpoints finds the run it started and its counts."""
+    folder = tmp_path / "config"
+    folder.mkdir()
+    users_table(warehouse)
+    warehouse.insert("users_sync", user_rows(40))
+    write_integration(folder, "users", integration_body(
+        warehouse, service, "attributes", "users_sync"))
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    app = create_app(state, TOKEN, folder)
+    with served(app, TOKEN) as client:
+        triggered_after = datetime.now(UTC)
+        trigger = client.post("/cdi/integrations/users/sync", headers=headers)
+        trigger.raise_for_status()
+        assert trigger.json() == {"message": "success"}
+        job = None
+        for _ in range(100):
+            status = client.get("/cdi/integrations/users/job_sync_status", headers=headers)
+            status.raise_for_status()
+            job = _find_job_after(status.json()["results"], triggered_after)
+            if job is not None and job["job_status"] in {"success", "partial", "error",
+                                                         "config_error"}:
+                break
+            time.sleep(0.1)
+        assert job is not None and job["job_status"] == "success"
+        assert (job["rows_synced"], job["rows_failed_with_errors"]) == (40, 0)
+        app.state.starter.join(30)
