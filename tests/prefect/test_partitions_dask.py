@@ -293,3 +293,20 @@ def test_the_flow_runs_partitions_on_prefects_thread_pool_by_default(
     store = open_state(f"sqlite:///{tmp_path / 'state.db'}")
     assert len(store.partition_runs(record["run_id"])) == 3
     store.engine.dispose()
+
+
+def test_the_workers_of_a_local_cluster_run_without_the_profiler() -> None:
+    """Dask's profiler samples `sys._current_frames()` every 10 ms; on CPython 3.11 a garbage
+    collection inside that call can deadlock a worker (every thread waiting for the GIL): it
+    hung a partitioned run now and then. The workers a run starts get it turned off."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    from engage_sync.adapters.task_runners import without_profiler
+
+    with dask.config.set({"distributed.worker.profile.enabled": True}):
+        without_profiler()
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            enabled = client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert list(enabled.values()) == [False]

@@ -56,9 +56,21 @@ def task_runner(integration: Integration, partitions: int) -> TaskRunner[Any]:
                                  key="task_runner.address")
         return DaskTaskRunner(address=address)
     threads = cfg.threads_per_worker or math.ceil(partitions / cfg.n_workers)
+    without_profiler()
     return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs={
         "n_workers": cfg.n_workers, "threads_per_worker": threads, "processes": True,
         "dashboard_address": None})
+
+
+def without_profiler() -> None:
+    """Turn off Dask's statistical profiler for the workers this process starts (their
+    nannies hand them this process's config). It samples `sys._current_frames()` every 10 ms,
+    and on CPython 3.11 a garbage collection inside that call can deadlock the whole worker
+    (python/cpython gh-106883): a partitioned run hung with every thread waiting for the GIL
+    and the worker's main thread in `gc_collect_main` under `Worker.trigger_profile`."""
+    import dask
+
+    dask.config.set({"distributed.worker.profile.enabled": False})
 
 
 def prefect_runner(integration: Integration, budgets: RateBudgets) -> Execute:
