@@ -112,5 +112,4 @@ def test_an_answer_that_stalls_ends_by_the_read_timeout_in_doubt(
     [line] = _warnings(caplog)
     assert "the service at http://127.0.0.1:" in line and "ReadTimeout" in line
     assert "no answer within service.timeout_seconds" in line
-    assert "no answer within service.timeout_seconds" in line
     assert "not sent again (in_doubt: skip)" in line

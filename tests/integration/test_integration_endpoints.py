@@ -87,14 +87,19 @@ def test_the_list_names_every_file_paged_as_the_service_pages(
 
 
 @pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
-def test_post_sync_starts_exactly_one_run_and_answers_429_while_it_runs(
-        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path) -> None:
+def _users_folder(wh: Warehouse, svc: Service, tmp_path: Path, rows: int) -> Path:
+    """A config folder holding one integration, `users`, over `rows` rows."""
     folder = tmp_path / "config"
     folder.mkdir()
-    users_table(warehouse)
-    warehouse.insert("users_sync", user_rows(150))
-    write_integration(folder, "users", integration_body(
-        warehouse, service, "attributes", "users_sync"))
+    users_table(wh)
+    wh.insert("users_sync", user_rows(rows))
+    write_integration(folder, "users", integration_body(wh, svc, "attributes", "users_sync"))
+    return folder
+
+
+def test_post_sync_starts_exactly_one_run_and_answers_429_while_it_runs(
+        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path) -> None:
+    folder = _users_folder(warehouse, service, tmp_path, 150)
     service.faults([{"path": "/users/track", "action": "delay", "delay_seconds": 1.5,
                      "nth": [1]}])  # the run lasts long enough to be asked again
     app = create_app(state, TOKEN, folder)
@@ -152,12 +157,7 @@ def test_the_airflow_providers_trigger_and_wait_work_unchanged(
     """The calls of airflow-provider-braze's `BrazeRunCDIJobOperator` (trigger, then poll
     job_sync_status until a terminal status), with its headers: a client written for the
     service's endpoints finds the run it started and its counts."""
-    folder = tmp_path / "config"
-    folder.mkdir()
-    users_table(warehouse)
-    warehouse.insert("users_sync", user_rows(40))
-    write_integration(folder, "users", integration_body(
-        warehouse, service, "attributes", "users_sync"))
+    folder = _users_folder(warehouse, service, tmp_path, 40)
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     app = create_app(state, TOKEN, folder)
     with served(app, TOKEN) as client:

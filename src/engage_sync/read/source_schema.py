@@ -30,7 +30,13 @@ from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.cursor.progress import Cursor
 from engage_sync.errors import SourceError
-from engage_sync.read.extract import SourceSpec, connected, first_line, source_of
+from engage_sync.read.extract import (
+    SourceSpec,
+    connected,
+    first_line,
+    resolve_columns,
+    source_of,
+)
 
 Schema = dict[str, str]
 PAYLOAD_PREFIX = "payload."
@@ -81,8 +87,9 @@ def describe(engine: Engine, spec: SourceSpec, payload_column: str | None,
              after: Cursor | None = None) -> Schema:
     """The source's columns and types, and with `payload_column` the JSON types of each key of
     a sample of the payloads at or after the cursor `after`. Raises SourceError when the
-    source cannot be read."""
+    source cannot be read, naming a missing table or column as the read would."""
     with connected(engine, spec) as conn:
+        resolve_columns(conn, spec)  # a missing table or column: its own error, with the fix
         try:
             schema = _columns(conn, spec)
             if payload_column is not None:
