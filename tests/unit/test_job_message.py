@@ -32,3 +32,14 @@ def test_other_runs_need_no_message(counts: tuple[int, int, int, int]) -> None:
 ])
 def test_empty_key_parts_are_shown_plainly(stored: str, shown: str) -> None:
     assert shown_key(stored) == shown
+
+
+def test_rows_found_unchanged_count_as_in_step_not_as_an_error() -> None:
+    """A diffed backfill of synced rows with two bad rows: nothing sent, yet the service holds
+    the other rows already, so the run is partial, not an error with an alert."""
+    from engage_sync.status.record import job_status
+
+    assert job_status(0, 0, 2, 0, unchanged=200) == "partial"
+    assert job_status(0, 0, 0, 0, unchanged=200) == "success"
+    assert job_message("users", 0, 0, 2, 0, 200) is None
+    assert job_status(0, 0, 2, 0) == "error"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engage_sync.read.source_schema import compare
+from engage_sync.read.source_schema import compare, kept
 
 OLD = {"UPDATED_AT": "TIMESTAMP", "USER_ID": "VARCHAR", "PLAN": "VARCHAR(10)", "N": "INTEGER",
        "NOTE": "TEXT", "payload.age": "number", "payload.tags": "array|string"}
@@ -33,3 +33,13 @@ def test_added_and_removed_names_are_reported_not_retyped() -> None:
     new = {k: v for k, v in OLD.items() if k != "NOTE"} | {"TIER": "VARCHAR"}
     changes = compare(OLD, new, list(OLD))
     assert (changes.retyped, changes.removed, changes.added) == ([], ["NOTE"], ["TIER"])
+
+
+def test_what_is_kept_unions_payload_types_and_remembers_missing_guarded_columns() -> None:
+    now = {"UPDATED_AT": "TIMESTAMP", "USER_ID": "VARCHAR", "payload.age": "string"}
+    record = kept(OLD, now, ["N", "UPDATED_AT"])
+    assert record["payload.age"] == "number|string"  # both seen: neither flips a run later
+    assert record["payload.tags"] == "array|string"  # not in this sample: kept as it was
+    assert record["N"] == "INTEGER"  # a guarded column gone: its return retyped is a change
+    assert "NOTE" not in record and "PLAN" not in record  # not guarded: gone is gone
+    assert compare(record, {**record, "N": "VARCHAR"}, ["N"]).retyped

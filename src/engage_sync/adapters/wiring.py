@@ -181,9 +181,13 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
         integration = with_expanded_service(integration)
         engine = warehouse_engine(integration)
     try:
-        with _config_errors_recorded(store, integration.name):  # SchemaChanged
+        if options.dry_run:  # checked, nothing recorded, not even the refusal
             guard_schema(integration, kinds.kind_of(integration), engine, store,
-                         accept=options.accept_schema, record=not options.dry_run)
+                         accept=options.accept_schema, record=False)
+        else:
+            with _config_errors_recorded(store, integration.name):  # SchemaChanged
+                guard_schema(integration, kinds.kind_of(integration), engine, store,
+                             accept=options.accept_schema)
         if options.dry_run:
             return RunResult(integration.name, dry_run=dry_run(
                 integration, engine, store, clock=clock, options=options))

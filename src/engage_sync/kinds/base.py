@@ -90,6 +90,12 @@ class Kind:
             return ()
         return integration.identifier_columns
 
+    def newest_by(self, integration: Integration) -> tuple[str, ...]:
+        """The columns naming a row's user where a user's newest row wins (the service keeps
+        attribute values, not a history): a retry never sends a row older than one after its
+        range. () for kinds whose every row counts (events, purchases, identity kinds)."""
+        return integration.identifier_columns if self.diffable else ()
+
     def diffs(self, integration: Integration) -> bool:
         """Whether runs of this integration send only the attributes that changed."""
         return self.diffable and integration.diff == "fields"

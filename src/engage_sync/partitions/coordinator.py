@@ -229,7 +229,8 @@ def run_partitioned(path: str, integration: Integration, options: RunOptions,
         store.release_lease(opened.run_id, owner, message=str(exc)[:1000])
         raise
     lease.stop()
-    counts = store.counts_of_partitions(opened.run_id)
+    counts = (*store.counts_of_partitions(opened.run_id),
+              sum(int(r.get("rows_unchanged") or 0) for r in store.partition_runs(opened.run_id)))
     store.finish_partitioned(opened.run_id, job_status(*counts),
                              message=job_message(name, *counts))
     return record(store.run(opened.run_id))

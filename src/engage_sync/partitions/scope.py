@@ -42,6 +42,7 @@ class PartitionScope:
     own_process = False  # may run on a Dask worker
     resumes_after_error = True
     tries = 0
+    only_keys: frozenset[str] | None = None
 
     def run_name(self, integration: str) -> str:
         return partition_names.run_name(integration, self.index, self.count)

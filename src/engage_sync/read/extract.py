@@ -188,7 +188,9 @@ def _later_rows(user: list[sa.ColumnElement[Any]], order: list[sa.ColumnElement[
                 ) -> sa.ColumnElement[Any]:
     """How many rows of the same user follow this one in the window: computed over the rows
     the WHERE clause keeps, so a resumed run counts only what it reads again."""
-    rank = sa.func.row_number().over(partition_by=user, order_by=[o.desc() for o in order])
+    # NULL keys last, as the read puts them first: a row with a NULL key is never latest
+    rank = sa.func.row_number().over(partition_by=user, order_by=[
+        order[0].desc(), *(o.desc().nulls_last() for o in order[1:])])
     return (rank - 1).label(LATER_ROWS)
 
 

@@ -33,6 +33,7 @@ from engage_sync.cursor.window import Window
 from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
 from engage_sync.kinds import Kind
 from engage_sync.read.extract import LATER_ROWS, SourceSpec, stream_batches
+from engage_sync.read.newer_rows import newer_elsewhere
 from engage_sync.read.sent_rows import SentRows
 from engage_sync.state.row_errors import reject_position
 from engage_sync.state.store import StateStore
@@ -94,12 +95,17 @@ class Drops:
         acknowledged before are dropped.
     sent, top: a backfill of events drops the rows incremental runs sent (`sent_rows`), and
         rows above their cursor `top` (the next incremental run sends those).
+    only: a retry of one request's items reads only their row keys.
+    newest_by: the user's columns when a user's newest row wins (attributes): a window with
+        an `until` (a retry) passes rows whose user has a row after it (`newer_rows`).
     """
 
     lookback: bool = False
     stored: Cursor | None = None
     sent: SentRows | None = None
     top: Cursor | None = None
+    only: frozenset[str] | None = None
+    newest_by: tuple[str, ...] = ()
 
 
 class Reader:
@@ -114,10 +120,15 @@ class Reader:
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:
         seq, ties = 0, Ties()
+        newer = newer_elsewhere(self.engine, self.spec, window, self.drops.newest_by)
         for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
             rows = self._transform(batch, seq)
-            if self.spec.superseded_by:
-                _pass_superseded(rows, batch.column(LATER_ROWS).to_pylist())
+            if self.drops.only is not None:
+                _keep_only(rows, self.drops.only)
+            if self.spec.superseded_by or newer:
+                later = batch.column(LATER_ROWS).to_pylist() if self.spec.superseded_by \
+                    else [0] * batch.num_rows
+                _pass_superseded(rows, later, newer)
             if self.drops.lookback and self.drops.stored is not None:
                 self._drop_acknowledged(rows)
             if self.drops.sent is not None:
@@ -188,10 +199,21 @@ class Reader:
                 outcomes[k] = None
 
 
-def _pass_superseded(rows: RowBatch, later: list[int | None]) -> None:
-    """Items of users with a later row in the window become UNCHANGED, counted as saved."""
+def _keep_only(rows: RowBatch, keys: frozenset[str]) -> None:
+    """A retry of one request's items: every other row of its range is dropped unread."""
     for k, outcome in enumerate(rows.outcomes):
-        if isinstance(outcome, Item) and later[k]:
+        key = outcome.key if isinstance(outcome, Item) else \
+            outcome[0] if isinstance(outcome, tuple) else None
+        if key is not None and key not in keys:
+            rows.outcomes[k] = None
+
+
+def _pass_superseded(rows: RowBatch, later: list[int | None],
+                     newer: frozenset[str] = frozenset()) -> None:
+    """Items of users with a later row in the window, or (a retry) keyed in `newer`, become
+    UNCHANGED, counted as saved."""
+    for k, outcome in enumerate(rows.outcomes):
+        if isinstance(outcome, Item) and (later[k] or outcome.key in newer):
             rows.outcomes[k] = UNCHANGED
             rows.superseded += 1
             rows.superseded_points += outcome.points

@@ -71,6 +71,22 @@ def compare(old: Schema, new: Schema, guarded: Collection[str]) -> SchemaChanges
     return changes
 
 
+def kept(was: Schema, now: Schema, guarded: Collection[str]) -> Schema:
+    """What to record after a run: `now`, each payload key with every JSON type seen so far
+    (a sample cannot show every row, so a key whose rows mix types never flips a run), and
+    each guarded column that went missing with its old type (so its return with another type
+    is still a change)."""
+    watched = {g.lower() for g in guarded}
+    out = dict(now)
+    for name, types in was.items():
+        if name.startswith(PAYLOAD_PREFIX):
+            seen = set(types.split("|")) | set(filter(None, now.get(name, "").split("|")))
+            out[name] = "|".join(sorted(seen))
+        elif name not in now and name.lower() in watched:
+            out[name] = types
+    return out
+
+
 def _retyped(name: str, was: str, now: str) -> bool:
     if name.startswith(PAYLOAD_PREFIX):
         return not set(was.split("|")) & set(now.split("|"))
@@ -114,10 +130,16 @@ def _columns(conn: Connection, spec: SourceSpec) -> Schema:
 
 
 def _type_text(type_: Any) -> str:
+    """The type as its dialect names it, with the time zone where the name leaves it out
+    (PostgreSQL's TIMESTAMP WITH TIME ZONE renders as TIMESTAMP)."""
     try:
-        return str(type_)
+        text = str(type_)
     except Exception:  # a dialect type that cannot render without its dialect
-        return type(type_).__name__
+        text = type(type_).__name__
+    if getattr(type_, "timezone", False) and "ZONE" not in text.upper() \
+            and "TZ" not in text.upper():
+        text += " WITH TIME ZONE"
+    return text
 
 
 def _payload_keys(conn: Connection, spec: SourceSpec, payload_column: str,

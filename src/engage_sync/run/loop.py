@@ -103,7 +103,8 @@ class Run:
     def _drops(self) -> Drops:
         """Lookback drops rows acknowledged before; a backfill of events drops what
         incremental runs sent or will send, unless told to resend."""
-        drops = Drops(lookback=bool(self.lookback), stored=self.stored)
+        drops = Drops(lookback=bool(self.lookback), stored=self.stored,
+                      only=self.scope.only_keys, newest_by=self.kind.newest_by(self.i))
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
             drops.sent = SentRows.from_entries(self.deps.state.settled_ranges(
@@ -131,7 +132,8 @@ class Run:
             # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
             self._keep_failed(opened.window)
             counts = state.counts(self.run_id)
-            tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt)
+            tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt,
+                     int(state.run(self.run_id).get("rows_unchanged") or 0))
             state.finish_run(self.run_id, job_status(*tally),
                              message=job_message(self.i.name, *tally))
         except RunStopped as exc:

@@ -6,8 +6,13 @@ its range of the source order. Before its own window, an incremental or full-res
 each pending retry's rows again, as one run of mode `retry` over that range (`RetryScope`).
 
 Invariants:
-- a retry run reads the range as the source holds it now: a row whose `UPDATED_AT` moved on
-  is not there (the window reads it); a row changed in place is sent as it is now;
+- a retry run reads the range as the source holds it now, and only the request's own rows
+  where the journal kept their keys (events, purchases: never a row the original run dropped
+  as sent before); a row whose `UPDATED_AT` moved on is not there (the window reads it); an
+  attribute row whose user has a newer row after the range is passed (`Drops.newer`: the newer
+  row landed, or will), so a retry never writes older values over newer ones;
+- the pass waits while another process runs the integration (its lease), and a retry whose
+  run finished before the retry was closed is closed from that run, never sent again;
 - it goes through the same loop: journal before send, the field diff (an attribute is billed
   once, when it lands), rejects recorded, the in-doubt policy; it never moves the cursor;
 - what fails again becomes newer retries with one more try (`Run.execute`), parked once
@@ -20,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -48,15 +54,19 @@ class RetryScope:
     def __init__(self, retry: Retry) -> None:
         self.retry = retry
         self.tries = retry.tries
+        self.only_keys = retry.keys
 
     def run_name(self, integration: str) -> str:
         return integration
 
     def resume_key(self, options: RunOptions) -> str | None:
-        return f"retry:{self.retry.run_id}:{self.retry.req_no}"
+        return self.retry.scope
 
     def finished(self, state: StateStore, run_name: str) -> dict[str, Any] | None:
-        return None  # a finished retry run closes its retry: it is not pending again
+        """A run of this retry that finished before its retry was closed (the process stopped
+        in between): its record, so the rows are not sent again."""
+        run_id = state.finished_retry_run(run_name, self.retry)
+        return None if run_id is None else state.run(run_id)
 
     def new_window(self, integration: Integration, engine: Engine, state: StateStore,
                    options: RunOptions, stored: Cursor | None, now: datetime,
@@ -66,7 +76,10 @@ class RetryScope:
                       partition=r.partition, until=r.end)
 
     def narrow(self, window: Window) -> Window:
-        return window
+        """The range again, also for a resumed run (whose window is rebuilt from its row)."""
+        r = self.retry
+        return replace(window, floor=r.floor, before=r.before, partition=r.partition,
+                       until=r.end)
 
     def failed(self, state: StateStore, run_id: str, owner: str, integration: str,
                error: SyncError) -> None:
@@ -77,6 +90,10 @@ class RetryScope:
 def retry_failed_rows(integration: Integration, deps: Deps) -> list[dict[str, Any]]:
     """Send the integration's pending retries again, oldest first; their status records."""
     pending = deps.state.pending_retries(integration.name)
+    if pending and deps.state.has_live_run(integration.name):
+        log.warning("integration %s: another process is running it; the rows of %d failed "
+                    "requests wait for a later run", integration.name, len(pending))
+        return []
     if pending:
         log.info("integration %s: sending again the rows of %d failed requests first",
                  integration.name, len(pending))

@@ -8,8 +8,10 @@ Invariants:
   stops until one is told to accept it (`accept`), or the source is put back;
 - added and removed columns are reported in the log and recorded (a removed mapped column
   fails the read itself, naming it; a removed payload key is simply not sent, never as NULL);
-- payload keys not in this run's sample keep their last types (a sample of the rows the
-  next window starts with cannot show every key); a dry run checks but records nothing.
+- payload keys keep every JSON type seen (a sample of the rows the next window starts with
+  cannot show every row), and a guarded column that went missing keeps its old type (its
+  return with another type is a change); a dry run checks but records nothing, not even a
+  refusal.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from engage_sync.config.integration import Integration
 from engage_sync.errors import SchemaChanged
 from engage_sync.kinds import Kind
 from engage_sync.read.reader import source_spec
-from engage_sync.read.source_schema import PAYLOAD_PREFIX, SchemaChanges, compare, describe
+from engage_sync.read.source_schema import (
+    PAYLOAD_PREFIX,
+    SchemaChanges,
+    compare,
+    describe,
+    kept,
+)
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -39,7 +47,7 @@ def guard_schema(integration: Integration, kind: Kind, engine: Engine, state: St
     was = state.source_schema(integration.name)
     changes = compare(was, now, spec.columns) if was is not None else None
     if was is not None:
-        now = {**{k: v for k, v in was.items() if k.startswith(PAYLOAD_PREFIX)}, **now}
+        now = kept(was, now, spec.columns)
     if changes is not None and changes.retyped:
         if not accept:
             raise SchemaChanged(refusal(integration.name, changes))

@@ -43,6 +43,11 @@ class Scope(Protocol):
     tries: int
     """Sends its rows had before this run (its failed requests are kept with one more)."""
 
+    @property
+    def only_keys(self) -> frozenset[str] | None:
+        """The only row keys this run sends (a retry of one request's items), or None: all."""
+        ...
+
     def run_name(self, integration: str) -> str: ...
 
     def resume_key(self, options: RunOptions) -> str | None:
@@ -75,6 +80,7 @@ class WholeRun:
     own_process = True
     resumes_after_error = False
     tries = 0
+    only_keys: frozenset[str] | None = None
 
     def run_name(self, integration: str) -> str:
         return integration

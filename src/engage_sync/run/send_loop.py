@@ -28,6 +28,7 @@ from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable, RunSto
 from engage_sync.items import Item, users_of
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
+from engage_sync.state.fields import unknown_fields
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import AFTER_DOUBT, request_position, unmapped_position
 from engage_sync.state.store import StateStore
@@ -208,13 +209,25 @@ class SendLoop:
         self.ctx.state.settle(
             self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
-            acked_rows=acked, acked_fields=[(i.user, i.fields) for i in delivered if i.fields],
+            acked_rows=acked, acked_fields=self._fields(),
             points=sum(i.points for i in delivered), owner=self.ctx.owner)
         if self.ctx.on_settled is not None:
             self.ctx.on_settled(delivered,
                                 [i for s, _ in self.unsaved if s.batch for i in s.batch.items])
         self.unsaved = []
         self.ctx.report()
+
+    def _fields(self) -> list[tuple[str, bytes]]:
+        """The field record's deltas of this save, in settle order: what the service
+        acknowledged, and for a request in doubt each attribute as unknown (`unknown_fields`)."""
+        out: list[tuple[str, bytes]] = []
+        for segment, settlement in self.unsaved:
+            if settlement.state == "in_doubt" and segment.batch is not None:
+                out += [(i.user, unknown_fields(i.fields)) for i in segment.batch.items
+                        if i.fields]
+            else:
+                out += [(i.user, i.fields) for i in segment.acked if i.fields]
+        return out
 
     def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
         """How the request ended, with the rows that may be doubled (`deliver.doubled`)."""

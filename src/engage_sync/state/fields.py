@@ -44,6 +44,14 @@ LOG_ROWS = 224  # deltas per INSERT (4 parameters each, under 999): one statemen
 FOLD_ROWS = 5000  # logged merge deltas applied per round trip of a fold
 ANALYZE_AFTER = 100_000  # PostgreSQL: a fold this large refreshes the planner's statistics
 FRESH, MERGE = b"F", b"M"  # the first byte of `Item.fields`
+UNKNOWN = 0  # the digest of a value the service may or may not hold (a request in doubt)
+
+
+def unknown_fields(item_fields: bytes) -> bytes:
+    """The `Item.fields` to record for an object whose request ended in doubt: each of its
+    attributes with a digest no value has, so whatever is read for them next (a NULL too) is
+    sent, as the service may hold the value or not."""
+    return MERGE + encode(dict.fromkeys(decode(item_fields[1:]), UNKNOWN))
 
 
 def _mark(conn: Connection) -> str:

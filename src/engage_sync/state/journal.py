@@ -21,7 +21,7 @@ from engage_sync.cursor.progress import decode_cursor, encode_cursor
 from engage_sync.state.partitions import own_runs
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import request_position
-from engage_sync.state.schema import SETTLED, journal, runs
+from engage_sync.state.schema import SETTLED, journal, retries, runs
 
 
 def insert_pending(conn: Connection, run_id: str, entries: Sequence[JournalEntry]) -> None:
@@ -96,7 +96,8 @@ class Journal:
     def settled_ranges(self, integration: str, modes: Sequence[str]
                        ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
         """(start, end] cursor ranges of requests that runs of these modes (or their
-        partitions) sent and the service acknowledged or may have processed (in doubt), in
+        partitions) sent and the service acknowledged or may have processed (in doubt), or
+        that failed and are kept to be sent again (`retries`: they will be, or were parked), in
         journal order, each with the row keys of its items (None when the journal did not keep
         them). Partitions' ranges overlap each other; their keys do not."""
         with self.engine.connect() as conn:
@@ -104,7 +105,9 @@ class Journal:
                 sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
                 .join(runs, runs.c.run_id == journal.c.run_id)
                 .where(own_runs(integration), runs.c.mode.in_(list(modes)),
-                       journal.c.state.in_(["acked", "in_doubt", "pending"]))
+                       sa.or_(journal.c.state.in_(["acked", "in_doubt", "pending"]),
+                              sa.exists().where(retries.c.run_id == journal.c.run_id,
+                                                retries.c.req_no == journal.c.req_no)))
             ).all()
         return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),
                  None if r[2] is None else json.loads(r[2])) for r in rows]

@@ -13,6 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from engage_sync.cursor.progress import Cursor, decode_cursor, encode_cursor
 from engage_sync.state.records import now
-from engage_sync.state.schema import journal, retries, upsert
+from engage_sync.state.schema import journal, retries, runs, upsert
 
 PENDING, PARKED, LANDED, RETRIED = "pending", "parked", "landed", "retried"
 
@@ -39,6 +40,14 @@ class Retry:
     before: Any
     partition: tuple[int, int] | None
     tries: int
+    keys: frozenset[str] | None = None
+    """The row keys of the request's items (exact journals): the only rows sent again. None
+    (grouped journals: attributes) sends the range's rows, which the field diff reduces."""
+
+    @property
+    def scope(self) -> str:
+        """The resume key of this retry's run (`RetryScope`)."""
+        return f"retry:{self.run_id}:{self.req_no}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +73,8 @@ class Retries:
         with self.engine.begin() as conn:
             rows = conn.execute(sa.select(
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
-                journal.c.reason).where(journal.c.run_id == run_id,
-                                        journal.c.state.in_(states))).all()
+                journal.c.reason, journal.c.item_keys).where(
+                    journal.c.run_id == run_id, journal.c.state.in_(states))).all()
             at = now()
             upsert(conn, retries, [{
                 "run_id": run_id, "req_no": r.req_no, "integration": integration,
@@ -73,7 +82,8 @@ class Retries:
                 "floor": encode_cursor([bounds.floor]) if bounds.floor is not None else None,
                 "before": encode_cursor([bounds.before]) if bounds.before is not None else None,
                 "partition": _partition_text(bounds.partition), "tries": tries,
-                "state": state, "reason": r.reason, "recorded_at": at} for r in rows])
+                "state": state, "reason": r.reason, "recorded_at": at,
+                "item_keys": r.item_keys} for r in rows])
         return len(rows)
 
     def pending_retries(self, integration: str) -> list[Retry]:
@@ -84,7 +94,18 @@ class Retries:
                 .order_by(retries.c.recorded_at, retries.c.run_id, retries.c.req_no)).all()
         return [Retry(r.run_id, r.req_no, decode_cursor(r.start_cursor),
                       decode_cursor(r.end_cursor) or (), _first(r.floor), _first(r.before),
-                      _partition(r.partition), r.tries) for r in rows]
+                      _partition(r.partition), r.tries,
+                      None if r.item_keys is None else frozenset(json.loads(r.item_keys)))
+                for r in rows]
+
+    def finished_retry_run(self, integration: str, retry: Retry) -> str | None:
+        """The id of a run of this retry that finished already (its retry was not closed:
+        the process stopped in between), or None."""
+        with self.engine.connect() as conn:
+            found = conn.scalar(sa.select(runs.c.run_id).where(
+                runs.c.integration == integration, runs.c.mode == "retry",
+                runs.c.scope == retry.scope, runs.c.job_status != "running").limit(1))
+        return None if found is None else str(found)
 
     def close_retry(self, retry: Retry, state: str) -> None:
         with self.engine.begin() as conn:

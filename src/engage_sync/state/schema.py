@@ -136,10 +136,12 @@ retries = sa.Table(
     sa.Column("state", sa.String(10), nullable=False),
     sa.Column("reason", sa.Text),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("item_keys", sa.Text),
 )
 """Requests that failed (or were left in doubt under `resend`), kept to be sent again by later
 runs (`run/retries.py`): the request's range of the source order (start < position <= end,
-within the run's floor, before and partition), how many tries it has had, and its state:
+within the run's floor, before and partition; with the row keys of its items where the journal
+kept them, so only those rows are sent again), how many tries it has had, and its state:
 `pending`, `parked` (out of tries), `landed` or `retried` (sent again; what failed again is
 a newer row)."""
 

@@ -29,20 +29,22 @@ class InvalidCursor(ValueError):
     """The `cursor` of a status page request is not one this store handed out."""
 
 
-def job_status(synced: int, failed: int, rejected: int, in_doubt: int) -> str:
-    """success: all rows synced; partial: some rows failed, were rejected or are in doubt;
-    error: rows were read and none synced."""
+def job_status(synced: int, failed: int, rejected: int, in_doubt: int,
+               unchanged: int = 0) -> str:
+    """success: all rows synced (or found unchanged: the service holds them already);
+    partial: some rows failed, were rejected or are in doubt; error: rows were read and none
+    synced nor found unchanged."""
     troubled = failed + rejected + in_doubt
     if troubled == 0:
         return "success"
-    return "partial" if synced > 0 else "error"
+    return "partial" if synced + unchanged > 0 else "error"
 
 
 def job_message(integration: str, synced: int, failed: int, rejected: int,
-                in_doubt: int) -> str | None:
+                in_doubt: int, unchanged: int = 0) -> str | None:
     """What a run that synced none of the rows it read says about it and what to do; None for
     every other run (their counts speak for themselves)."""
-    if job_status(synced, failed, rejected, in_doubt) != "error":
+    if job_status(synced, failed, rejected, in_doubt, unchanged) != "error":
         return None
     read = failed + rejected + in_doubt
     listing = f"`engage-sync errors {integration}` lists every row with its reason"
