@@ -1,5 +1,8 @@
 """What a user runs, timed as a whole: `engage-sync run FILE` (a Prefect flow run on a temporary
-server, as a run without PREFECT_API_URL does; `prefect-served`: on a server already running,
+server, as a run without PREFECT_API_URL did before issue 23 and does with
+ENGAGE_SYNC_PREFECT_SERVER=temporary; `prefect-background`: without PREFECT_API_URL, the
+first run starting a server in the background that later runs use, as `engage-sync run` does
+now; `prefect-served`: on a server already running,
 as a deployment's run is) and `engage-sync run FILE --no-prefect`, each as its own process.
 
 Per case it builds (or reuses) a DuckDB warehouse of N rows, starts the lean sandbox on
@@ -15,7 +18,8 @@ Prefect home each time, and reports:
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
-        [--runs 3] [--paths prefect,prefect-served,no-prefect] [--no-rate-limits]
+        [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect]
+        [--no-rate-limits]
         [--diff off|fields] [--profile]
         [--workdir DIR] [--json]
 """
@@ -175,9 +179,13 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "ENGAGE_SYNC_STATE_URL": f"sqlite:///{run_dir / 'state.db'}",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
+    env["ENGAGE_SYNC_PREFECT_SERVER"] = "temporary"  # the `prefect` path: Prefect's own
     if path == "prefect-served":
         assert served is not None
         env["PREFECT_API_URL"], env["PREFECT_HOME"] = served[0], str(served[1])
+    if path == "prefect-background":  # the first run starts one (cli/local_server.py)
+        env.pop("ENGAGE_SYNC_PREFECT_SERVER")
+        env["PREFECT_HOME"] = str(workdir / "prefect-background")
     cmd = [str(BIN / "engage-sync"), "run", str(integration)]
     if path == "no-prefect":
         cmd.append("--no-prefect")
@@ -279,6 +287,9 @@ def main() -> int:
         stop(sandbox)
         if server is not None:
             stop_server(server)
+        if "prefect-background" in paths:
+            subprocess.run([str(BIN / "prefect"), "server", "stop"], capture_output=True,
+                           env={**os.environ, "PREFECT_HOME": str(workdir / "prefect-background")})
     minimum = math.ceil(args.rows / OBJECTS_PER_REQUEST)
     for path in paths:
         rs = [r for r in results if r["path"] == path]

@@ -15,6 +15,10 @@ from hypothesis import settings
 from tests.pg_server import find_bindir, postgres_server
 from tests.redis_server import RedisServer, redis_server
 
+# Commands the tests start without PREFECT_API_URL use Prefect's temporary server, never leave
+# a background one (`cli/local_server.py`; tests/prefect/test_local_server.py tests that)
+os.environ.setdefault("ENGAGE_SYNC_PREFECT_SERVER", "temporary")
+
 settings.register_profile("engage-sync", deadline=None)
 settings.load_profile("engage-sync")
 

@@ -57,6 +57,9 @@ def run_script(script: str, tmp_path: Path, ports: dict[str, str],
             code = shell.wait(timeout=600)
         finally:
             _stop(shell)
+            # `engage-sync run` may have left a Prefect server in the background (local_server)
+            subprocess.run([str(ROOT / ".venv" / "bin" / "prefect"), "server", "stop"], env=env,
+                           capture_output=True, timeout=60)
     return code, log.read_text()
 
 

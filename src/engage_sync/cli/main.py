@@ -33,15 +33,19 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
-def _note_temporary_server() -> None:
-    """Say why a run takes 10-20 s longer when no Prefect server is configured."""
-    from prefect.settings import PREFECT_API_URL
+def _prefect_server() -> None:
+    """Before Prefect is imported: a Prefect server for this run when PREFECT_API_URL is not
+    set (`local_server`: found, or started in the background and said so), else say why the
+    run takes 10-20 s longer."""
+    from engage_sync.cli.local_server import use_local_server
 
-    if not PREFECT_API_URL.value():
-        logging.getLogger("engage_sync.cli.main").info(
-            "PREFECT_API_URL is not set: Prefect starts a temporary server for this run "
-            "(10-20 s). Start one with `prefect server start` and export PREFECT_API_URL, "
-            "or run with --no-prefect")
+    if os.environ.get("PREFECT_API_URL") or use_local_server(
+            lambda line: print(f"engage-sync: {line}", file=sys.stderr)):
+        return
+    logging.getLogger("engage_sync.cli.main").info(
+        "PREFECT_API_URL is not set: Prefect starts a temporary server for this run "
+        "(10-20 s). Start one with `prefect server start` and export PREFECT_API_URL, "
+        "or run with --no-prefect")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -55,9 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.allow_deletes, args.partitions, args.send_whole, args.accept_schema),
             args.state_url)
     else:
+        _prefect_server()
         from engage_sync.adapters.flows import sync_flow_or_direct
 
-        _note_temporary_server()
         result = sync_flow_or_direct(
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
@@ -177,6 +181,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _prefect_server()
     from engage_sync.demo.main import run_demo
 
     return run_demo(Path(args.workdir), port=args.port)
