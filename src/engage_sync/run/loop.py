@@ -34,7 +34,7 @@ from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import LeaseLost, RunRefused, RunStopped, SyncError
-from engage_sync.items import UNCHANGED, Item
+from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import stored_cursor
 from engage_sync.read.null_cursors import count_skipped
@@ -49,6 +49,7 @@ from engage_sync.run.send_loop import RunContext, SendLoop
 from engage_sync.run.stages import stages_for
 from engage_sync.run.stop import StopRequest
 from engage_sync.run.windows import window_before
+from engage_sync.state.records import JournalEntry
 from engage_sync.state.retries import WindowBounds
 from engage_sync.state.row_errors import IN_FLIGHT_AT_CRASH, crash_position
 from engage_sync.state.store import StateStore
@@ -185,8 +186,9 @@ class Run:
             for rows in self.reader.batches(window, self._record_rejects):
                 if self.deps.stop is not None:
                     self.deps.stop.check()  # asked to stop: no new batch
-                self.stages.batch(rows.outcomes)
-                self._take(rows, skipper, cutter, opened.crashed)
+                settled = _settled_before(rows, skipper)
+                self._stage(rows.outcomes, settled)
+                self._take(rows, settled, cutter, opened.crashed)
                 unchanged, saved = self.stages.take_counts()
                 self.deps.state.add_saved_counts(self.run_id, unchanged + rows.superseded,
                                                  saved + rows.superseded_points)
@@ -200,14 +202,30 @@ class Run:
             loop.close()
             self.stages.stop()
 
-    def _take(self, rows: RowBatch, skipper: Skipper, cutter: Cutter,
+    def _stage(self, outcomes: list[RowOutcome], settled: list[JournalEntry | None] | None
+               ) -> None:
+        """The stages see only the rows this attempt may send: a row an earlier attempt
+        settled is neither diffed nor counted again (the field diff would find its user's
+        acknowledged record and count it unchanged on top of synced)."""
+        if settled is None:
+            self.stages.batch(outcomes)
+            return
+        shown = [None if entry is not None else o
+                 for o, entry in zip(outcomes, settled, strict=True)]
+        self.stages.batch(shown)
+        for k, entry in enumerate(settled):
+            if entry is None:
+                outcomes[k] = shown[k]
+
+    def _take(self, rows: RowBatch, settled: list[JournalEntry | None] | None, cutter: Cutter,
               crashed_requests: set[int]) -> None:
-        """One batch's rows, in order, to the cutter: skipped, packed or passed."""
+        """One batch's rows, in order, to the cutter: skipped (`settled`: the entry an
+        earlier attempt settled of each row), packed or passed."""
         crashed: list[tuple[str, str, str]] = []
         for k, outcome in enumerate(rows.outcomes):
             if outcome is None:
                 continue
-            entry = skipper.settled(rows.cursor(k)) if skipper else None
+            entry = settled[k] if settled is not None else None
             if entry is not None:  # settled by an earlier attempt: not sent again
                 if isinstance(outcome, Item):
                     self.stages.skipped((outcome,))
@@ -318,3 +336,13 @@ class Run:
 
 def _crash_error(cursor: Cursor, key: str) -> tuple[str, str, str]:
     return (crash_position(cursor), key, IN_FLIGHT_AT_CRASH)
+
+
+def _settled_before(rows: RowBatch, skipper: Skipper) -> list[JournalEntry | None] | None:
+    """The entry an earlier attempt settled of each row of the batch (None: not settled), or
+    None when no row of it was; the skipper is asked in source order, once a row."""
+    if not skipper:
+        return None
+    found = [skipper.settled(rows.cursor(k)) if o is not None and skipper else None
+             for k, o in enumerate(rows.outcomes)]
+    return found if any(e is not None for e in found) else None

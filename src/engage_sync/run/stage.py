@@ -1,8 +1,9 @@
 """Features plugged into the loop as stages: the loop calls their hooks, never asks which.
 
 A stage sees one run through these hooks, in this order: `open` once; then for each batch read,
-`batch` (after the batch's drops and rejects are recorded, before anything of it is packed),
-`skipped` for items an earlier attempt settled, and `take_counts` once the batch is handed on
+`batch` (after the batch's drops and rejects are recorded, before anything of it is packed;
+the rows an earlier attempt of the run settled are None in the list it sees, so nothing is
+counted twice), `skipped` for those items, and `take_counts` once the batch is handed on
 (what the stage saved goes to the run's record); `settled` after every settle transaction
 (interleaved with batches); `close` once after the last settlement of a run that read its whole
 window; `stop` always, last.
