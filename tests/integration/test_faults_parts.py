@@ -9,6 +9,7 @@ and what to do (README, "What it guarantees")."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -29,6 +30,7 @@ from engage_sync.errors import StateUnavailable
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
 from tests.pg_server import PostgresServer, find_bindir
+from tests.redis_server import RedisServer
 
 TRACK, BATCH = "/users/track", 75
 
@@ -129,6 +131,51 @@ def test_the_state_database_lost_mid_run_stops_it_resumable_and_the_next_run_res
     assert in_doubt(store) == (ids(BATCH, 2 * BATCH) if doubt else set())  # and named
     once(service, ids(300))
     store.engine.dispose()
+
+
+# --- 2. the shared rate store restarted mid-run ---------------------------------------------
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def rate_store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+               ) -> Iterator[tuple[str, Callable[[], None]]]:
+    """(backend, restart it: stopped, 1 s gone, started again on the same port)."""
+    if request.param == "redis":
+        request.getfixturevalue("redis")  # skips without redis-server
+        server: RedisServer | PostgresServer = RedisServer()
+        server.start()
+        url = server.url
+    else:
+        server = request.getfixturevalue("own_pg")
+        url = server.url
+    monkeypatch.setenv("BUDGET_URL", url)
+
+    def restart() -> None:
+        server.stop()
+        time.sleep(1.0)
+        server.start()
+
+    yield request.param, restart
+    if request.param == "redis":
+        server.stop()
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_the_shared_rate_store_restarted_mid_run_pauses_the_run_which_finishes(
+        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+        rate_store: tuple[str, Callable[[], None]], caplog: pytest.LogCaptureFixture) -> None:
+    backend, restart = rate_store
+    path = events(warehouse, service, tmp_path, 200, service={
+        "limits": {"objects_per_request": 20}, "rate_limit": {"requests": 5, "per_seconds": 1},
+        "rate_budget": {"backend": backend, "url": "${BUDGET_URL}"}})
+    with at_request(service, 3, restart), caplog.at_level(logging.WARNING, "engage_sync"):
+        record = sync_file(path, store=state).record
+    assert record is not None and record["job_status"] == "success"
+    assert record["rows_read"] == record["rows_synced"] == 200 and record["rows_in_doubt"] == 0
+    once(service, ids(200))
+    [line] = [r.getMessage() for r in caplog.records if "shared rate budget" in r.getMessage()]
+    assert f"the shared rate budget ({backend} at " in line and "did not answer" in line
+    assert "pauses for up to 5 s" in line
 
 
 # --- 4. the disk under a SQLite state database fills up --------------------------------------
