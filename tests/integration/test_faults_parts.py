@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.failures import one_line
 from engage_sync.adapters.wiring import open_state, sync_file
-from engage_sync.errors import StateUnavailable
+from engage_sync.errors import SourceError, StateUnavailable
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
 from tests.pg_server import PostgresServer, find_bindir
@@ -176,6 +176,46 @@ def test_the_shared_rate_store_restarted_mid_run_pauses_the_run_which_finishes(
     [line] = [r.getMessage() for r in caplog.records if "shared rate budget" in r.getMessage()]
     assert f"the shared rate budget ({backend} at " in line and "did not answer" in line
     assert "pauses for up to 5 s" in line
+
+
+# --- 3. the warehouse's connection dropped mid-read -----------------------------------------
+
+
+def terminate_readers(url: str) -> int:
+    """pg_terminate_backend on every other backend reading the events table."""
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        killed = conn.execute(sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND (query ILIKE '%events_sync%' "
+            "OR query ILIKE 'FETCH%')")).scalar_one()
+    engine.dispose()
+    return int(killed)
+
+
+@pytest.mark.parametrize("warehouse", ["postgres"], indirect=True)
+def test_the_warehouse_dropped_mid_read_stops_the_run_and_the_next_reads_every_row_once(
+        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path) -> None:
+    path = events(warehouse, service, tmp_path, 3000, extract_batch_rows=100,
+                  warehouse={"reader": "sqlalchemy"})  # a server-side cursor, 100 rows a fetch
+    hold(service, 3)
+    killed: list[int] = []
+    with at_request(service, 3, lambda: killed.append(terminate_readers(warehouse.url))), \
+            pytest.raises(SourceError) as caught:
+        sync_file(path, store=state)
+    assert killed and killed[0] >= 1
+    line = one_line(caught.value, "events")
+    port = sa.engine.make_url(warehouse.url).port
+    assert f"reading table events_sync from the warehouse (postgresql at 127.0.0.1:{port}) " \
+           "failed: " in line and "the next run reads on from there" in line
+    [first] = state.runs_newest_first("events", 0, 1)
+    assert first["job_status"] == "error" and first["message"] in line
+    service.faults([])
+    record = sync_file(path, store=state).record
+    assert record is not None and record["job_status"] == "success"
+    assert first["rows_synced"] + record["rows_synced"] == 3000
+    assert first["rows_in_doubt"] == record["rows_in_doubt"] == 0
+    once(service, ids(3000))
 
 
 # --- 4. the disk under a SQLite state database fills up --------------------------------------
