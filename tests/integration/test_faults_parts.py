@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,8 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.failures import one_line
 from engage_sync.adapters.wiring import open_state, sync_file
-from engage_sync.errors import SourceError, StateUnavailable
+from engage_sync.errors import RunStopped, SourceError, StateUnavailable
+from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
 from tests.pg_server import PostgresServer, find_bindir
@@ -267,3 +268,50 @@ def test_a_full_disk_under_the_sqlite_state_database_stops_the_run_resumable(
     assert in_doubt(store) <= ids(BATCH, 2 * BATCH)  # request 3 at most, if its answer was lost
     once(service, ids(300))
     store.engine.dispose()
+
+
+# --- 5. the clock steps back an hour --------------------------------------------------------
+
+
+class SteppedClock:
+    """The run's clock (`Deps.clock`): the real time, less `back` once stepped."""
+
+    def __init__(self) -> None:
+        self.back = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) - self.back
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_clock_stepped_back_an_hour_never_moves_the_cursor_back_nor_skips_a_row(
+        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path) -> None:
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    rows = event_rows(300, at=now - timedelta(minutes=90), step=timedelta(seconds=10))
+    path = events(warehouse, service, tmp_path, 0, settle_lag="1m", lookback="30m")
+    warehouse.insert("events_sync", rows)  # stamped 90 to 40 minutes ago
+    clock, stop = SteppedClock(), StopRequest()
+
+    def step_back_and_stop() -> None:
+        clock.back = timedelta(hours=1)
+        stop.set("the test")
+
+    hold(service, 2)  # stopped while request 2 is held, the clock an hour back from then on
+    with at_request(service, 2, step_back_and_stop), pytest.raises(RunStopped):
+        sync_file(path, store=state, clock=clock, stop=stop)
+    service.faults([])
+    resumed = sync_file(path, store=state, clock=clock).record  # its window was stored
+    assert resumed is not None and resumed["rows_read"] == resumed["rows_synced"] == 300
+    cursor = state.cursor("events")
+    later = event_rows(350, at=now - timedelta(minutes=30), step=timedelta(seconds=1))[300:]
+    warehouse.insert("events_sync", later)  # after the cursor, before the real signpost
+    behind = sync_file(path, store=state, clock=clock).record  # its signpost before the cursor
+    assert behind is not None and behind["job_status"] == "success"
+    assert behind["rows_synced"] == behind["rows_in_doubt"] == 0
+    assert state.cursor("events") == cursor  # not moved back
+    clock.back = timedelta(0)
+    caught_up = sync_file(path, store=state, clock=clock).record
+    assert caught_up is not None and caught_up["rows_synced"] == 50
+    moved = state.cursor("events")
+    assert cursor is not None and moved is not None and moved > cursor
+    once(service, ids(350))
