@@ -126,6 +126,10 @@ def test_the_state_database_lost_mid_run_stops_it_resumable_and_the_next_run_res
     service.faults([])
     if outage == "down":
         own_pg.start()
+    else:  # back at once: the run row says why, its lease released for any host to resume it
+        [run] = store.runs_newest_first("events", 0, 1)
+        assert run["job_status"] == "running" and run["message"] == line
+        assert run["lease_until"].replace(tzinfo=UTC) <= datetime.now(UTC)
     record = sync_file(path, store=store).record
     doubt = BATCH if outage == "down" else 0  # in flight at the loss, not saved: at most once
     assert record is not None and record["rows_read"] == 300

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -140,9 +141,20 @@ class Run:
         except RunStopped as exc:
             lease.stop()  # no heartbeat may renew the lease released here
             raise self._stopped(exc) from None
+        except StateUnavailable as exc:
+            lease.stop()
+            self._release_if_back(exc)
+            raise
         finally:
             lease.stop()
         return record(state.run(self.run_id))
+
+    def _release_if_back(self, exc: StateUnavailable) -> None:
+        """The state database was lost: if it answers again (a restart), release the lease with
+        the line, so the next run resumes at once on any host; else the lease runs out."""
+        with suppress(StateUnavailable):
+            self.deps.state.release_lease(self.run_id, self.owner,
+                                          message=f"integration {self.i.name}: {exc}")
 
     def _stopped(self, exc: RunStopped) -> RunStopped:
         """A stopped run stays `running`, its lease released, so that the next start resumes
