@@ -64,3 +64,10 @@ class RunStopped(RateBudgetUnavailable):
     after that; those in flight are settled, those that never left are taken out of the
     journal, and the run is left resumable (its lease released). Handled like a lost rate
     budget where a request was about to leave: never sent, never settled."""
+
+
+class StateUnavailable(SyncError):
+    """engage-sync's state database could not be reached or written (a lost connection, a
+    server stopped or restarting, a full disk under a SQLite file): `state.outage` names it,
+    never its password. The run stops where it was and writes nothing more (the loop lets this
+    pass its error handlers, which would write); the next run resumes it as after a crash."""

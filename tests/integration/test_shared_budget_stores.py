@@ -30,8 +30,9 @@ def store_url(request: pytest.FixtureRequest) -> str:
     return server.url
 
 
-def open_store(url: str) -> Store:
-    return PostgresTokenStore(url) if url.startswith("postgresql") else RedisTokenStore(url)
+def open_store(url: str, deadline: float = 5.0) -> Store:
+    return (PostgresTokenStore(url, deadline) if url.startswith("postgresql")
+            else RedisTokenStore(url, deadline))
 
 
 @pytest.fixture
@@ -125,7 +126,7 @@ def test_postgres_keeps_one_row_per_bucket(postgres_url: str) -> None:
                                  "redis://:hunter2@127.0.0.1:{port}/0"])
 def test_an_unreachable_store_is_named_without_its_password(url: str) -> None:
     url = url.format(port=free_port())  # nothing listens there
-    store = open_store(url)
+    store = open_store(url, deadline=0.3)  # not waited for long here
     with pytest.raises(RateBudgetUnavailable) as caught:
         store.take(key(), 1, 10.0, 5)
     chain = "".join(traceback.format_exception(caught.value))

@@ -14,7 +14,7 @@ import yaml
 
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config.files import load_integration
-from engage_sync.deliver.budget_store import guarded
+from engage_sync.deliver.budget_store import STORE_DEADLINE, guarded
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.ratelimit import RateBudget, RateBudgets
 from engage_sync.deliver.shared_budget import SharedRateBudget, SharedRateBudgets, plan
@@ -175,13 +175,14 @@ class Broken:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.paused: list[float] = []
 
     def take(self, key: str, n: int, rate: float, capacity: float) -> tuple[int, float]:
         def call() -> tuple[int, float]:
             self.calls += 1
             raise ConnectionRefusedError("connection refused")
 
-        return guarded(self, (OSError,), call, sleep=lambda s: None)
+        return guarded(self, (OSError,), call, sleep=self.paused.append)
 
     def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
         raise AssertionError("not used")
@@ -197,7 +198,9 @@ def test_a_lost_store_is_a_clear_error_never_a_private_budget() -> None:
     message = str(caught.value)
     assert "redis at redis://:***@127.0.0.1:1/0" in message
     assert "run it again to resume" in message and "nothing was lost" in message
-    assert store.calls == 3  # a blip is retried, a lost store is not waited for forever
+    # a restart is waited for (pauses of 0.1 s doubling to 1 s), a lost store not for ever
+    assert store.paused == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0] and store.calls == 8
+    assert sum(store.paused) <= STORE_DEADLINE
     with pytest.raises(RateBudgetUnavailable):
         b.acquire()  # and it stays an error: no fall back to the private budget
 

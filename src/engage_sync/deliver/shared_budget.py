@@ -19,8 +19,10 @@ The rate and capacity come with each take, from the taker's own budget (the grou
 `service.rate_limit`, or lower from the service's headers): give every integration of a
 workspace the same `rate_limit`, or the bucket refills at whichever figure took last.
 
-Losing the store raises `RateBudgetUnavailable` (never a silent fall back to a private budget);
-the request waiting for the token was not sent.
+Losing the store raises `RateBudgetUnavailable` (never a silent fall back to a private budget)
+once `budget_store.guarded` gave up waiting for it, and at once to every request of this
+budget after that (one wait per outage, not one per request queued); the request waiting for
+the token was not sent.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TypeVar
 
 from engage_sync.deliver.budget_store import TokenStore
 from engage_sync.deliver.ratelimit import DEFAULT_RATES, Clock, RateBudget, RateBudgets, Sleep
+from engage_sync.errors import RateBudgetUnavailable
 
 T = TypeVar("T")
 
@@ -75,6 +78,7 @@ class SharedRateBudget(RateBudget):
         self._got = 0  # tokens the current block was granted
         self._size = max(1, self.plan.block // 2)  # tokens the next take asks for
         self._expires = float("-inf")  # when they stop being usable (on `clock`)
+        self._lost: RateBudgetUnavailable | None = None  # the store given up on, if it was
 
     def __repr__(self) -> str:
         return f"SharedRateBudget({self.limit} per {self.per_seconds:g} s, {self._store.backend})"
@@ -90,6 +94,8 @@ class SharedRateBudget(RateBudget):
 
     def _take_token(self) -> float:
         with self._take_lock:
+            if self._lost is not None:  # given up on by a request before: not waited for again
+                raise self._lost
             if self._left > 0 and self._clock() < self._expires:
                 self._left -= 1
                 return 0.0
@@ -103,8 +109,12 @@ class SharedRateBudget(RateBudget):
             want = min(self._size, max(1, block.block // 4))
             while True:
                 asked = self._clock()  # the block's life counts from before it was granted
-                granted, wait = self._store.take(self._key, self._size, block.rate,
-                                                 block.block)
+                try:
+                    granted, wait = self._store.take(self._key, self._size, block.rate,
+                                                     block.block)
+                except RateBudgetUnavailable as exc:
+                    self._lost = exc
+                    raise
                 if granted:
                     self._got, self._left = granted, granted - 1
                     self._expires = asked + block.lifetime

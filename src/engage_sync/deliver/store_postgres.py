@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from engage_sync.config.secrets import redact_url
-from engage_sync.deliver.budget_store import guarded
+from engage_sync.deliver.budget_store import STORE_DEADLINE, guarded
 
 TABLE = "engage_sync_rate_budget"
 _LOCK_ID = 0x656E6761  # pg_advisory_lock key of the table's creation
@@ -47,8 +47,9 @@ class PostgresTokenStore:
 
     backend = "postgres"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, deadline: float = STORE_DEADLINE) -> None:
         self.url = redact_url(url)
+        self.deadline = deadline  # seconds a call waits for the store to come back
         parsed = sa.engine.make_url(url)
         if parsed.drivername in ("postgresql", "postgres"):
             parsed = parsed.set(drivername="postgresql+psycopg")
@@ -72,7 +73,7 @@ class PostgresTokenStore:
             granted, tokens = int(row[0]), float(row[1])
             return granted, 0.0 if granted else (1 - tokens) / rate
 
-        return guarded(self, (SQLAlchemyError, OSError), call)
+        return guarded(self, (SQLAlchemyError, OSError), call, deadline=self.deadline)
 
     def drain(self, key: str, rate: float, capacity: float, seconds: float) -> None:
         def call() -> None:
@@ -81,7 +82,7 @@ class PostgresTokenStore:
                 conn.execute(_DRAIN, {"bucket": key, "rate": rate, "cap": capacity,
                                       "seconds": seconds})
 
-        guarded(self, (SQLAlchemyError, OSError), call)
+        guarded(self, (SQLAlchemyError, OSError), call, deadline=self.deadline)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -14,7 +14,7 @@ import redis
 from redis.exceptions import RedisError
 
 from engage_sync.config.secrets import redact_url
-from engage_sync.deliver.budget_store import guarded
+from engage_sync.deliver.budget_store import STORE_DEADLINE, guarded
 
 PREFIX = "engage-sync:rate:"
 _TIMEOUT_S = 5  # socket timeouts: a lost store is reported, not waited for
@@ -50,8 +50,9 @@ class RedisTokenStore:
 
     backend = "redis"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, deadline: float = STORE_DEADLINE) -> None:
         self.url = redact_url(url)
+        self.deadline = deadline  # seconds a call waits for the store to come back
         self._client: Any = redis.Redis.from_url(
             url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S)
         self._script = self._client.register_script(_SCRIPT)
@@ -76,4 +77,4 @@ class RedisTokenStore:
                                            args=[mode, amount, rate, capacity, _TTL_MS])
             return int(granted), float(tokens)
 
-        return guarded(self, (RedisError, OSError), call)
+        return guarded(self, (RedisError, OSError), call, deadline=self.deadline)

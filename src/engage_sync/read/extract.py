@@ -245,9 +245,19 @@ def stream_batches(
             else:
                 yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
-        raise SourceError(
-            f"integration {spec.integration}: reading {_what(spec)} failed: {first_line(exc)}"
-        ) from exc
+        raise _read_failed(engine, spec, exc) from exc
+
+
+def _read_failed(engine: Engine, spec: SourceSpec, exc: BaseException) -> SourceError:
+    """A read that failed, its first line or mid-stream (a dropped connection): the warehouse
+    named by dialect and host:port or file (never a user or password), and what it leaves."""
+    url = engine.url
+    where = (f"{url.get_backend_name()} at {url.host}{f':{url.port}' if url.port else ''}"
+             if url.host else f"{url.get_backend_name()} {url.database or ''}".rstrip())
+    return SourceError(
+        f"integration {spec.integration}: reading {_what(spec)} from the warehouse ({where}) "
+        f"failed: {first_line(exc)}; the rows sent before it are settled and the next run "
+        "reads on from there")
 
 
 def _arrow_native(engine: Engine, spec: SourceSpec) -> bool:
@@ -264,9 +274,7 @@ def _adbc_batches(engine: Engine, spec: SourceSpec, query: sa.Select[Any], batch
     try:
         yield from extract_adbc.batches(engine.url, query, batch_rows, spec.connect_args)
     except (AdbcError, OSError, pa.ArrowException) as exc:  # errors mid-stream come as Arrow's
-        raise SourceError(
-            f"integration {spec.integration}: reading {_what(spec)} failed: {first_line(exc)}"
-        ) from exc
+        raise _read_failed(engine, spec, exc) from exc
 
 
 def count_rows(engine: Engine, spec: SourceSpec, window: Window) -> int:

@@ -8,6 +8,9 @@ Invariants (DESIGN rules 1–5 and 7):
   settled segments (`progress`, `send_loop`);
 - two requests that touch the same user are never in flight at once (`send_loop`);
 - every row read ends as synced, rejected, failed or in doubt.
+- the state database lost (`StateUnavailable`) stops the run resumable: what was in flight is
+  saved if the database answers one more time, and the run is never finished after it (the
+  next run resumes it as after a crash).
 The loop is blind to its features: what differs between kinds is asked of the integration's
 `Kind`, what a run covers of its `Scope` (`run.scope`: the whole run, or a partition), and
 features such as the field diff plug in as stages (`run.stage`). Nothing here branches on a
@@ -20,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,7 +37,7 @@ from engage_sync.cursor.progress import Cursor, Progress, may_move_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.errors import LeaseLost, RunRefused, RunStopped, SyncError
+from engage_sync.errors import LeaseLost, RunRefused, RunStopped, StateUnavailable, SyncError
 from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import stored_cursor
@@ -140,9 +144,20 @@ class Run:
         except RunStopped as exc:
             lease.stop()  # no heartbeat may renew the lease released here
             raise self._stopped(exc) from None
+        except StateUnavailable as exc:
+            lease.stop()
+            self._release_if_back(exc)
+            raise
         finally:
             lease.stop()
         return record(state.run(self.run_id))
+
+    def _release_if_back(self, exc: StateUnavailable) -> None:
+        """The state database was lost: if it answers again (a restart), release the lease with
+        the line, so the next run resumes at once on any host; else the lease runs out."""
+        with suppress(StateUnavailable):
+            self.deps.state.release_lease(self.run_id, self.owner,
+                                          message=f"integration {self.i.name}: {exc}")
 
     def _stopped(self, exc: RunStopped) -> RunStopped:
         """A stopped run stays `running`, its lease released, so that the next start resumes
@@ -163,8 +178,9 @@ class Run:
             self._check_delete_cap(opened.window)
             self._count_window(opened.window)
             self._stream(opened)
-        except (LeaseLost, RunStopped):
-            raise  # another process's run now, or stopped resumable: no error recorded
+        except (LeaseLost, RunStopped, StateUnavailable):
+            raise  # another process's run now, stopped resumable, or the state database lost
+            # (finishing the run once it is back would leave a request unsettled): not recorded
         except SyncError as exc:
             if not self.scope.resumes_after_error:
                 self._keep_failed(opened.window)
@@ -195,7 +211,8 @@ class Run:
             cutter.finish()
             loop.drain()
             self.stages.close()
-        except SyncError:
+        except SyncError:  # the state database lost too: saving what is in flight is tried
+            # once more (a restarted server's new connection), else raises StateUnavailable
             loop.settle_in_flight()
             raise
         finally:

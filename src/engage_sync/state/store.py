@@ -34,6 +34,7 @@ from engage_sync.state.acks import Acks, insert_acks
 from engage_sync.state.fields import FieldRecord
 from engage_sync.state.journal import Journal
 from engage_sync.state.migrations import ensure_schema
+from engage_sync.state.outage import watch
 from engage_sync.state.partitions import PartitionRuns
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.retries import Retries
@@ -54,8 +55,10 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
 
     def __init__(self, engine: Engine) -> None:
         """Opens the store on `engine`, creating or upgrading its schema in place
-        (`migrations.ensure_schema`: safe with other processes doing the same)."""
+        (`migrations.ensure_schema`: safe with other processes doing the same). An outage of
+        the database raises StateUnavailable from every method (`outage`)."""
         self.engine = engine
+        watch(engine)
         ensure_schema(engine)
 
     @classmethod
