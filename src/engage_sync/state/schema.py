@@ -84,6 +84,9 @@ journal = sa.Table(
     # items, as a JSON list, so a request left in flight by a kill is named in the transaction
     # that marks it in doubt or re-sent (exact journals only; NULL for grouped journals)
     sa.Column("item_keys", sa.Text),
+    # added with the write-back (`add_missing_columns`): the declared key columns' values of
+    # those items, as they are in the source (`row_errors.key_values`), a JSON list per item
+    sa.Column("item_key_values", sa.Text),
 )
 
 row_errors = sa.Table(
@@ -96,6 +99,10 @@ row_errors = sa.Table(
     sa.Column("integration", sa.String(100), nullable=False, index=True),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    # added with the write-back (`add_missing_columns`): the row's declared key columns'
+    # values as they are in the source, a JSON list encoded as cursors are (`encode_cursor`);
+    # a payload key column as the MD5 of its text, as in cursors. NULL when not known.
+    sa.Column("key_values", sa.Text),
 )
 
 acks = sa.Table(

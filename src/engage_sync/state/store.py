@@ -98,11 +98,12 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
             if points:
                 add_to_run(conn, run_id, data_points_sent=points)
             journal.settle_entries(conn, run_id, settlements)
+            values = {p: v for s in settlements for p, v in s.key_values.items()}
             for kind, rows in (("failed", [r for s in settlements for r in s.failed]),
                                ("in_doubt", [r for s in settlements for r in s.in_doubt]),
                                ("unmapped", [r for s in settlements for r in s.unmapped]),
                                ("duplicate", [r for s in settlements for r in s.duplicated])):
-                insert_errors(conn, run_id, integration, kind, rows)
+                insert_errors(conn, run_id, integration, kind, rows, values)
             insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 move_progress(conn, run_id, integration, progress, move_cursor)
@@ -115,7 +116,8 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
             pending = journal.pending_entries(conn, run_id)
             if name_duplicates:
                 insert_errors(conn, run_id, integration, "duplicate",
-                              journal.named_items(pending, AFTER_KILL))
+                              journal.named_items(pending, AFTER_KILL),
+                              journal.named_key_values(pending))
             return journal.delete_pending(conn, run_id)
 
     def forget_unsent(self, run_id: str, req_nos: Sequence[int], owner: str | None = None
@@ -141,7 +143,7 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
             pending = journal.pending_entries(conn, run_id)
             journal.pending_in_doubt(conn, run_id, reason)
             insert_errors(conn, run_id, integration, "in_doubt",
-                          journal.named_items(pending, reason))
+                          journal.named_items(pending, reason), journal.named_key_values(pending))
         return {r.req_no for r in pending if r.item_keys is None}
 
     def finish_run(self, run_id: str, job_status: str, message: str | None = None) -> None:
