@@ -114,6 +114,9 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
     progress.finish(record)
     _artifacts(outcome.integration, record, store)
     _prune(store)
+    if outcome.writeback_error:  # logged by the write-back; the next run writes it
+        logger.warning("integration %s: write-back failed, the next run tries again",
+                       outcome.integration)
     if outcome.alert:
         raise SyncAlert(f"integration {outcome.integration}: {outcome.alert}")
     logger.info("integration %s: %s", outcome.integration, record)

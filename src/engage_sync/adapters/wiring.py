@@ -41,6 +41,7 @@ from engage_sync.run.schema_guard import guard_schema
 from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
+from engage_sync.writeback.writer import write_back
 
 log = logging.getLogger("engage_sync.adapters.wiring")
 
@@ -129,6 +130,8 @@ class RunResult:
     alert: str | None = None
     """Why the finished run needs a person's attention (`status.alert_reason`); the record's
     message says the same."""
+    writeback_error: str | None = None
+    """Why writing the run back to the warehouse failed (the next run tries again)."""
 
 
 def load_or_record(path: str | Path, store: StateStore) -> Integration:
@@ -162,14 +165,34 @@ def sync_file(
     `runner` executes them: threads of this process by default). `stop`, once set, stops an
     unpartitioned run resumable (RunStopped), within the attempt timeout + 5 s.
     Raises ConfigError / SyncError after recording. Told to OpenLineage when it is
-    configured (`lineage`)."""
+    configured (`lineage`). With `writeback`, the runs it recorded are then written back to
+    the warehouse (`writeback/`), which never fails the sync."""
     options = options or RunOptions()
     store = store or open_state()
+    since = _utcnow()
     with lineage.observe(path, live=not options.dry_run) as seen:
-        result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
-                       runner, seen, stop)
+        try:
+            result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
+                           runner, seen, stop)
+        except Exception:
+            _write_back(path, options, store, since)
+            raise
+        result.writeback_error = _write_back(path, options, store, since)
         seen.finish(result.record)
     return result
+
+
+def _write_back(path: str | Path, options: RunOptions, store: StateStore, since: datetime
+                ) -> str | None:
+    """The runs recorded since `since` (and those left pending) to the warehouse, when the
+    integration asks for it; never raises."""
+    if options.dry_run:
+        return None
+    try:
+        integration = with_expanded_service(load_integration(path))
+    except ConfigError:
+        return None  # recorded as the run's config_error: nothing to write it with
+    return write_back(integration, store, since)
 
 
 def _sync(path: str | Path, options: RunOptions, store: StateStore,

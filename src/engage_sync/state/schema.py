@@ -6,7 +6,8 @@ requests after compaction); `engage_row_errors` rejected, failed and in-doubt ro
 reasons, never payload values), and service errors that name no row (kind `unmapped`, keyed by
 their request); `engage_acks` what lookback remembers; `engage_fields` what the field-level
 diff remembers (digests, never values); `engage_source_schemas` the source schema the schema
-guard last accepted; `engage_retries` failed requests that later runs send again.
+guard last accepted; `engage_retries` failed requests that later runs send again;
+`engage_writebacks` which runs were written back to the user's warehouse.
 """
 
 from __future__ import annotations
@@ -149,6 +150,20 @@ runs (`run/retries.py`): the request's range of the source order (start < positi
 within the run's floor, before and partition), how many tries it has had, and its state:
 `pending`, `parked` (out of tries), `landed` or `retried` (sent again; what failed again is
 a newer row)."""
+
+writebacks = sa.Table(
+    "engage_writebacks",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("tries", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Runs written back to the user's warehouse (`written`), or whose write-back failed and is
+tried again by the integration's next run (`pending`, with the last error: no value, no
+secret)."""
 
 source_schemas = sa.Table(
     "engage_source_schemas",

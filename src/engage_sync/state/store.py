@@ -15,7 +15,8 @@ SQLite file by default, PostgreSQL by URL for teams. Invariants:
 `StateStore` is composed by what each part keeps: run rows and cursors (`runs`), the journal
 (`journal`), row errors and counts (`row_errors`), lookback acks (`acks`), the field record
 (`fields`), partitioned runs (`partitions`, whose rows are run rows), failed requests kept for
-later runs (`retries`) and the schema guard's record (`source_schemas`). Each part's methods
+later runs (`retries`), the schema guard's record (`source_schemas`) and which runs were
+written back to the user's warehouse (`writebacks`). Each part's methods
 write one table; the transactions that write several are here, built from the parts'
 functions taking a `Connection`, so no part calls another's methods.
 """
@@ -46,10 +47,11 @@ from engage_sync.state.row_errors import (
 from engage_sync.state.runs import RunRows, add_to_run, close_run, fence, move_progress
 from engage_sync.state.schema import sqlite_pragmas
 from engage_sync.state.source_schemas import SourceSchemas
+from engage_sync.state.writebacks import Writebacks
 
 
 class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, SourceSchemas,
-                 Retries):
+                 Retries, Writebacks):
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
     def __init__(self, engine: Engine) -> None:

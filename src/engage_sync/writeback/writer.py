@@ -1,0 +1,187 @@
+"""The write-back: after a run's own record, its record and its row outcomes into the user's
+warehouse (`writeback/tables.py`), in SQLAlchemy Core.
+
+Invariants:
+- it never fails or blocks a sync: every error is caught, logged in one line (no value: the
+  engine hides SQL parameters; no secret: URLs redacted) and remembered, and the
+  integration's next run writes that run first (`state/writebacks.py`);
+- a run is written in one warehouse transaction that first deletes what an interrupted
+  write-back of the same run left, so writing a run twice leaves it once;
+- the target is the integration's own warehouse (URL and connect_args) unless
+  `writeback.url` names another; the tables are created, and key columns added, as needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from engage_sync import kinds
+from engage_sync.config import secrets
+from engage_sync.config.integration import Integration
+from engage_sync.config.writeback import OUTCOMES_TABLE
+from engage_sync.read import duckdb_turns
+from engage_sync.read.extract import resolve_columns
+from engage_sync.read.reader import source_spec
+from engage_sync.state.store import StateStore
+from engage_sync.state.writebacks import OutcomeRow
+from engage_sync.status.record import record
+from engage_sync.writeback import tables
+
+log = logging.getLogger("engage_sync.writeback")
+
+
+def write_back(integration: Integration, store: StateStore, finished_since: datetime
+               ) -> str | None:
+    """Write back the integration's runs that ended since `finished_since` and those left
+    pending by earlier runs; never raises. Returns the error, or None when all were written
+    (or write-back is off)."""
+    if integration.writeback is None:
+        return None
+    try:
+        run_ids = store.runs_to_write_back(integration.name, finished_since)
+    except Exception as exc:  # the state database itself failed: the run said so already
+        log.warning("integration %s: write-back skipped: %s", integration.name, _short(exc))
+        return _short(exc)
+    if not run_ids:
+        return None
+    try:
+        engine = target_engine(integration)
+    except Exception as exc:
+        return _failed(integration, store, run_ids, exc)
+    try:
+        return _write_runs(integration, store, engine, run_ids)
+    finally:
+        duckdb_turns.release(engine)
+
+
+def _write_runs(integration: Integration, store: StateStore, engine: Engine,
+                run_ids: list[str]) -> str | None:
+    schema = integration.writeback.schema_name if integration.writeback else None
+    keys = key_names(integration, engine)
+    for n, run_id in enumerate(run_ids):
+        try:
+            with engine.begin() as conn:
+                _write_run(conn, integration, store, run_id, schema, keys)
+        except Exception as exc:
+            return _failed(integration, store, run_ids[n:], exc)
+        store.mark_written_back(run_id, integration.name)
+    return None
+
+
+def key_names(integration: Integration, target: Engine) -> tuple[str, ...]:
+    """The key columns as the source spells them (so a quoted name is the source's own
+    identifier in every dialect); as declared when the source cannot be asked."""
+    declared = tuple(integration.key_columns)
+    spec = replace(source_spec(integration, kinds.kind_of(integration)), columns=declared)
+    assert integration.writeback is not None
+    engine = target if integration.writeback.url is None else target_engine(integration, True)
+    try:
+        with engine.connect() as conn:
+            resolved = resolve_columns(conn, spec)
+        return tuple(resolved[c] for c in declared)
+    except Exception:
+        return declared
+    finally:
+        if engine is not target:
+            duckdb_turns.release(engine)
+
+
+def _write_run(conn: Connection, integration: Integration, store: StateStore, run_id: str,
+               schema: str | None, keys: tuple[str, ...]) -> None:
+    """One run: its row, then its outcome rows, replacing any of an interrupted write."""
+    at = tables.utc(datetime.now(UTC))
+    assert at is not None
+    run = store.run(run_id)
+    metadata = sa.MetaData()
+    runs = tables.runs_table(metadata, schema)
+    _ensure_schema(conn, schema)
+    runs.create(conn, checkfirst=True)
+    conn.execute(runs.delete().where(runs.c.run_id == run_id))
+    conn.execute(runs.insert(), [tables.run_row(run, record(run), at)])
+    outcomes: sa.Table | None = None
+    for chunk in store.outcome_rows(run_id):
+        if outcomes is None:
+            outcomes = _outcomes_table(conn, metadata, schema, keys, chunk)
+            conn.execute(outcomes.delete().where(outcomes.c.run_id == run_id))
+        conn.execute(outcomes.insert(), [
+            tables.outcome_row(run_id, integration.name, keys, row, at) for row in chunk])
+    if outcomes is None and sa.inspect(conn).has_table(OUTCOMES_TABLE, schema=schema):
+        stale = tables.outcomes_table(sa.MetaData(), schema, ())
+        conn.execute(stale.delete().where(stale.c.run_id == run_id))
+
+
+def _outcomes_table(conn: Connection, metadata: sa.MetaData, schema: str | None,
+                    keys: tuple[str, ...], rows: list[OutcomeRow]) -> sa.Table:
+    """The outcome table with this integration's key columns, created or given the key
+    columns it lacks (typed after the values of `rows`)."""
+    typed = [(name, tables.column_type(r.key_values[n] for r in rows
+                                       if r.key_values is not None and len(r.key_values) > n))
+             for n, name in enumerate(keys)]
+    table = tables.outcomes_table(metadata, schema, typed)
+    inspector = sa.inspect(conn)
+    if not inspector.has_table(OUTCOMES_TABLE, schema=schema):
+        table.create(conn)
+        return table
+    have = {c["name"].lower() for c in inspector.get_columns(OUTCOMES_TABLE, schema=schema)}
+    prep = conn.dialect.identifier_preparer
+    for name, kind in typed:
+        if name.lower() not in have:
+            conn.exec_driver_sql(
+                f"ALTER TABLE {prep.format_table(table)} ADD COLUMN {prep.quote(name)} "
+                f"{kind.compile(dialect=conn.dialect)}")
+    return table
+
+
+def _ensure_schema(conn: Connection, schema: str | None) -> None:
+    if schema is not None and not sa.inspect(conn).has_schema(schema):
+        conn.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+
+
+def target_engine(integration: Integration, source: bool = False) -> Engine:
+    """The engine of the write-back's target: `writeback.url`, else the warehouse's URL, with
+    their connect_args (`source`: the warehouse's); SQL parameters hidden from its errors."""
+    wb = integration.writeback
+    assert wb is not None
+    url, args, key = ((wb.url, wb.connect_args or {}, "writeback.url") if wb.url and not source
+                      else
+                      (integration.warehouse.url, integration.warehouse.connect_args,
+                       "warehouse.url"))
+    expanded = secrets.expand(url, integration=integration.name, key=key)
+    connect_args: dict[str, Any] = dict(secrets.expand_all(
+        dict(args), integration=integration.name, key=key.replace("url", "connect_args")))
+    engine = sa.create_engine(expanded, hide_parameters=True,
+                              **({"connect_args": connect_args} if connect_args else {}))
+    if engine.dialect.name == "duckdb":
+        duckdb_turns.take_turns(engine)
+    return engine
+
+
+def _failed(integration: Integration, store: StateStore, run_ids: list[str],
+            exc: BaseException) -> str:
+    """Log and remember a failed write-back of `run_ids` for the next run."""
+    error = _short(exc)
+    log.warning("integration %s: writing back %d run(s) to the warehouse failed, the next run "
+                "tries again: %s", integration.name, len(run_ids), error)
+    try:
+        for run_id in run_ids:
+            store.mark_writeback_pending(run_id, integration.name, error)
+    except Exception as again:
+        log.warning("integration %s: the failed write-back could not be remembered: %s",
+                    integration.name, _short(again))
+    return error
+
+
+def _short(exc: BaseException) -> str:
+    """An error in one line: the driver's own message (SQLAlchemy's wrapper adds the SQL),
+    with any URL's password hidden."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    first = text[0] if text else ""
+    words = [secrets.redact_url(w) if "://" in w and "@" in w else w for w in first.split()]
+    return f"{type(exc).__name__}: {' '.join(words)}"[:500]
