@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.errors import SyncError
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, table_integration
 
@@ -117,3 +118,16 @@ def test_a_target_that_cannot_be_written_fails_no_sync_and_the_next_run_writes_i
     assert sorted(_select(warehouse, "SELECT run_id, count(*) FROM engage_sync_row_outcomes "
                                      "GROUP BY run_id")) == sorted(
         [(first.record["run_id"], 2), (second.record["run_id"], 1)])
+
+
+def test_a_run_that_fails_is_written_back_too(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = _events(warehouse, service, tmp_path, _rows(0, 10, 1), {})
+    monkeypatch.setenv("ENGAGE_API_KEY", "not-the-key")  # 401: the run stops in error
+    with pytest.raises(SyncError):
+        sync_file(path, store=state)
+    (run,) = state.runs_newest_first("events", 0, 5)
+    assert _select(warehouse, "SELECT run_id, job_status, rows_rejected FROM "
+                              "engage_sync_runs") == [(run["run_id"], "error", 1)]

@@ -8,11 +8,19 @@ from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import URL
+from sqlalchemy.schema import CreateTable
 
 from engage_sync.cursor.null_keys import NULL_KEY
 from engage_sync.state.row_errors import cursor_key_values, reject_position
 from engage_sync.state.writebacks import OutcomeRow, _values
-from engage_sync.writeback.tables import column_type, outcome_row
+from engage_sync.writeback.tables import (
+    add_column_sql,
+    column_type,
+    outcome_row,
+    outcomes_table,
+    runs_table,
+)
 
 AT = datetime(2026, 1, 1, 12, 0)
 CURSOR = (AT, 42, "a|b#1", NULL_KEY)
@@ -44,3 +52,19 @@ def test_an_outcome_row_has_one_column_per_key_column_and_names_its_outcome() ->
                           AT)
     assert (unknown["external_id"], unknown["payload"], unknown["outcome"]) == (
         None, None, "unmapped_error")
+
+
+@pytest.mark.parametrize("driver", ["duckdb", "postgresql+psycopg", "snowflake", "bigquery",
+                                    "redshift+psycopg2", "databricks"])
+def test_the_tables_compile_in_each_warehouse_dialect(driver: str) -> None:
+    dialect = URL.create(driver).get_dialect()()
+    keys = [("EVENT_ID", column_type(["e1"])), ("n", column_type([7])),
+            ("at", column_type([AT])), ("amount", column_type([Decimal("1.5")]))]
+    md = sa.MetaData()
+    runs, outcomes = runs_table(md, "engage_sync"), outcomes_table(md, "engage_sync", keys)
+    for table in (runs, outcomes):
+        ddl = str(CreateTable(table).compile(dialect=dialect))
+        assert "engage_sync" in ddl and "written_at" in ddl, ddl
+    sql = add_column_sql(dialect, outcomes, "EVENT_ID", sa.Text())
+    assert sql.startswith("ALTER TABLE ") and "EVENT_ID" in sql and "ADD COLUMN" in sql
+    assert str(outcomes.delete().where(outcomes.c.run_id == "r").compile(dialect=dialect))

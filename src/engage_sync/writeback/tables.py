@@ -68,6 +68,14 @@ def outcomes_table(metadata: sa.MetaData, schema: str | None,
         schema=schema)
 
 
+def add_column_sql(dialect: sa.Dialect, table: sa.Table, name: str,
+                   kind: sa.types.TypeEngine[Any]) -> str:
+    """`ALTER TABLE … ADD COLUMN …` in the dialect's own quoting and type names."""
+    prep = dialect.identifier_preparer
+    return (f"ALTER TABLE {prep.format_table(table)} ADD COLUMN {prep.quote(name)} "
+            f"{kind.compile(dialect=dialect)}")
+
+
 def column_type(values: Iterable[Any]) -> sa.types.TypeEngine[Any]:
     """The SQL type of a key column after its first value that is not NULL (text when all
     are NULL)."""

@@ -129,12 +129,9 @@ def _outcomes_table(conn: Connection, metadata: sa.MetaData, schema: str | None,
         table.create(conn)
         return table
     have = {c["name"].lower() for c in inspector.get_columns(OUTCOMES_TABLE, schema=schema)}
-    prep = conn.dialect.identifier_preparer
     for name, kind in typed:
         if name.lower() not in have:
-            conn.exec_driver_sql(
-                f"ALTER TABLE {prep.format_table(table)} ADD COLUMN {prep.quote(name)} "
-                f"{kind.compile(dialect=conn.dialect)}")
+            conn.exec_driver_sql(tables.add_column_sql(conn.dialect, table, name, kind))
     return table
 
 
