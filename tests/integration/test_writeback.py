@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SyncError
+from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, table_integration
 
@@ -131,3 +132,17 @@ def test_a_run_that_fails_is_written_back_too(
     (run,) = state.runs_newest_first("events", 0, 5)
     assert _select(warehouse, "SELECT run_id, job_status, rows_rejected FROM "
                               "engage_sync_runs") == [(run["run_id"], "error", 1)]
+
+
+def test_a_partitioned_run_is_written_once_with_its_partitions_outcomes(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    path = _events(warehouse, service, tmp_path, _rows(0, 200, 6), {})
+    warehouse.engine.dispose()  # DuckDB: the partitions' threads open the file
+    record = sync_file(path, options=RunOptions(partitions=2), store=state).record
+    assert record is not None and record["rows_rejected"] == 6
+    assert len(state.partition_runs(record["run_id"])) == 2
+    assert _select(warehouse, "SELECT run_id, rows_read, rows_rejected FROM "
+                              "engage_sync_runs") == [(record["run_id"], 206, 6)]
+    assert _select(warehouse, "SELECT run_id, outcome, count(*) FROM engage_sync_row_outcomes "
+                              "GROUP BY run_id, outcome") == [(record["run_id"], "rejected", 6)]
