@@ -19,7 +19,14 @@ from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SyncError
 from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
-from tests.integration.conftest import T0, Service, Warehouse, table_integration
+from tests.integration.conftest import (
+    T0,
+    Service,
+    Warehouse,
+    integration_body,
+    table_integration,
+    write_integration,
+)
 
 MARK = "pv7q"
 """In every payload value (event names, properties, the rejected rows' text), in no key."""
@@ -146,3 +153,28 @@ def test_a_partitioned_run_is_written_once_with_its_partitions_outcomes(
                               "engage_sync_runs") == [(record["run_id"], 206, 6)]
     assert _select(warehouse, "SELECT run_id, outcome, count(*) FROM engage_sync_row_outcomes "
                               "GROUP BY run_id, outcome") == [(record["run_id"], "rejected", 6)]
+
+
+def test_the_outcome_table_is_there_from_a_clean_first_run_typed_as_the_source_keys(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    warehouse.create("orders_sync", [("order_id", sa.BigInteger()), ("updated_at", sa.DateTime()),
+                                     ("external_id", sa.String()), ("payload", sa.Text())])
+    rows = [{**row, "order_id": 1000 + n} for n, row in enumerate(_rows(0, 5, 0))]
+    warehouse.insert("orders_sync", [{k: r[k] for k in ("order_id", "updated_at", "external_id",
+                                                         "payload")} for r in rows])
+    path = write_integration(tmp_path, "orders", integration_body(
+        warehouse, service, "events", "orders_sync", row_key=["ORDER_ID"], writeback={}))
+    assert sync_file(path, store=state).record["rows_synced"] == 5  # type: ignore[index]
+    assert _select(warehouse, "SELECT count(*) FROM engage_sync_row_outcomes") == [(0,)]
+    with warehouse.engine.connect() as conn:
+        kinds = {c["name"]: c["type"] for c in
+                 sa.inspect(conn).get_columns("engage_sync_row_outcomes")}
+    assert isinstance(kinds["order_id"], sa.Integer)  # from the cursor's key values
+
+    late = _rows(100, 0, 1)[0]
+    warehouse.insert("orders_sync", [{"order_id": 7, **{k: late[k] for k in (
+        "updated_at", "external_id", "payload")}}])
+    sync_file(path, store=state)
+    assert _select(warehouse, "SELECT s.order_id FROM engage_sync_row_outcomes o "
+                              "JOIN orders_sync s USING (order_id)") == [(7,)]

@@ -16,6 +16,7 @@ from engage_sync.state.row_errors import cursor_key_values, reject_position
 from engage_sync.state.writebacks import OutcomeRow, _values
 from engage_sync.writeback.tables import (
     add_column_sql,
+    as_text,
     column_type,
     outcome_row,
     outcomes_table,
@@ -68,3 +69,9 @@ def test_the_tables_compile_in_each_warehouse_dialect(driver: str) -> None:
     sql = add_column_sql(dialect, outcomes, "EVENT_ID", sa.Text())
     assert sql.startswith("ALTER TABLE ") and "EVENT_ID" in sql and "ADD COLUMN" in sql
     assert str(outcomes.delete().where(outcomes.c.run_id == "r").compile(dialect=dialect))
+
+
+def test_values_for_a_text_key_column_are_written_as_text() -> None:
+    row = {"n": 7, "at": AT, "s": "x", "none": None, "other": 8}
+    assert as_text(row, frozenset({"n", "at", "s", "none"})) == {
+        "n": "7", "at": "2026-01-01T12:00:00", "s": "x", "none": None, "other": 8}

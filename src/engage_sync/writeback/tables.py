@@ -98,6 +98,16 @@ def column_type(values: Iterable[Any]) -> sa.types.TypeEngine[Any]:
     return sa.Text()
 
 
+def as_text(row: dict[str, Any], columns: frozenset[str]) -> dict[str, Any]:
+    """The row with the values of `columns` (key columns a table already holds as text) as
+    text: a date or time in ISO 8601, anything else as `str`."""
+    for name in columns:
+        value = row.get(name)
+        if value is not None and not isinstance(value, str):
+            row[name] = value.isoformat() if isinstance(value, date) else str(value)
+    return row
+
+
 def utc(value: datetime | None) -> datetime | None:
     """A time as naive UTC (the tables' times are UTC)."""
     if value is None or value.tzinfo is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import UTC, datetime
+from itertools import chain
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,11 +26,12 @@ from engage_sync import kinds
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.config.writeback import OUTCOMES_TABLE
+from engage_sync.cursor.null_keys import NULL_KEY
 from engage_sync.read import duckdb_turns
 from engage_sync.read.extract import resolve_columns
+from engage_sync.read.key_digest import stored_cursor
 from engage_sync.read.reader import source_spec
 from engage_sync.state.store import StateStore
-from engage_sync.state.writebacks import OutcomeRow
 from engage_sync.status.record import record
 from engage_sync.writeback import tables
 
@@ -104,35 +106,44 @@ def _write_run(conn: Connection, integration: Integration, store: StateStore, ru
     runs.create(conn, checkfirst=True)
     conn.execute(runs.delete().where(runs.c.run_id == run_id))
     conn.execute(runs.insert(), [tables.run_row(run, record(run), at)])
-    outcomes: sa.Table | None = None
-    for chunk in store.outcome_rows(run_id):
-        if outcomes is None:
-            outcomes = _outcomes_table(conn, metadata, schema, keys, chunk)
-            conn.execute(outcomes.delete().where(outcomes.c.run_id == run_id))
-        conn.execute(outcomes.insert(), [
-            tables.outcome_row(run_id, integration.name, keys, row, at) for row in chunk])
-    if outcomes is None and sa.inspect(conn).has_table(OUTCOMES_TABLE, schema=schema):
-        stale = tables.outcomes_table(sa.MetaData(), schema, ())
-        conn.execute(stale.delete().where(stale.c.run_id == run_id))
+    chunks = store.outcome_rows(run_id)
+    first = next(chunks, [])
+    samples = [r.key_values for r in first if r.key_values is not None] or [
+        _cursor_keys(store, integration)]
+    outcomes, textual = _outcomes_table(conn, metadata, schema, keys, samples)
+    conn.execute(outcomes.delete().where(outcomes.c.run_id == run_id))
+    for chunk in chain([first], chunks):
+        if chunk:
+            conn.execute(outcomes.insert(), [tables.as_text(
+                tables.outcome_row(run_id, integration.name, keys, row, at), textual)
+                for row in chunk])
+
+
+def _cursor_keys(store: StateStore, integration: Integration) -> tuple[Any, ...]:
+    """The key values of the integration's cursor (typed as the source's), or none."""
+    cursor = stored_cursor(store, integration)
+    return tuple(None if v is NULL_KEY else v for v in (cursor or ())[1:])
 
 
 def _outcomes_table(conn: Connection, metadata: sa.MetaData, schema: str | None,
-                    keys: tuple[str, ...], rows: list[OutcomeRow]) -> sa.Table:
+                    keys: tuple[str, ...], samples: list[tuple[Any, ...]]
+                    ) -> tuple[sa.Table, frozenset[str]]:
     """The outcome table with this integration's key columns, created or given the key
-    columns it lacks (typed after the values of `rows`)."""
-    typed = [(name, tables.column_type(r.key_values[n] for r in rows
-                                       if r.key_values is not None and len(r.key_values) > n))
+    columns it lacks (typed after the `samples` of key values); and the key columns it
+    already had as text, whose values are written as text."""
+    typed = [(name, tables.column_type(v[n] for v in samples if len(v) > n))
              for n, name in enumerate(keys)]
     table = tables.outcomes_table(metadata, schema, typed)
     inspector = sa.inspect(conn)
     if not inspector.has_table(OUTCOMES_TABLE, schema=schema):
         table.create(conn)
-        return table
-    have = {c["name"].lower() for c in inspector.get_columns(OUTCOMES_TABLE, schema=schema)}
+        return table, frozenset()
+    have = {c["name"].lower(): c["type"]
+            for c in inspector.get_columns(OUTCOMES_TABLE, schema=schema)}
     for name, kind in typed:
         if name.lower() not in have:
             conn.exec_driver_sql(tables.add_column_sql(conn.dialect, table, name, kind))
-    return table
+    return table, frozenset(n for n in keys if isinstance(have.get(n.lower()), sa.String))
 
 
 def _ensure_schema(conn: Connection, schema: str | None) -> None:
