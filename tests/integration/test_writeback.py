@@ -123,9 +123,15 @@ def test_a_target_that_cannot_be_written_fails_no_sync_and_the_next_run_writes_i
     written = _select(warehouse, "SELECT run_id, rows_rejected FROM engage_sync_runs "
                                  "ORDER BY seq")
     assert written == [(first.record["run_id"], 2), (second.record["run_id"], 1)]
+    outcomes = sorted([(first.record["run_id"], 2), (second.record["run_id"], 1)])
     assert sorted(_select(warehouse, "SELECT run_id, count(*) FROM engage_sync_row_outcomes "
-                                     "GROUP BY run_id")) == sorted(
-        [(first.record["run_id"], 2), (second.record["run_id"], 1)])
+                                     "GROUP BY run_id")) == outcomes
+
+    state.mark_writeback_pending(first.record["run_id"], "events", "written, but not marked")
+    sync_file(path, store=state)  # writes the first run again: still once
+    assert sorted(_select(warehouse, "SELECT run_id, count(*) FROM engage_sync_row_outcomes "
+                                     "GROUP BY run_id")) == outcomes
+    assert len(_select(warehouse, "SELECT run_id FROM engage_sync_runs")) == 3
 
 
 def test_a_run_that_fails_is_written_back_too(
