@@ -5,8 +5,10 @@ Invariants:
 - it never fails or blocks a sync: every error is caught, logged in one line (no value: the
   engine hides SQL parameters; no secret: URLs redacted) and remembered, and the
   integration's next run writes that run first (`state/writebacks.py`);
-- a run is written in one warehouse transaction that first deletes what an interrupted
-  write-back of the same run left, so writing a run twice leaves it once;
+- the tables are made ready first (DDL commits an open transaction on some warehouses,
+  Snowflake's among them); then a run is written in one warehouse transaction of DML only,
+  which first deletes what an interrupted write-back of the same run left, so writing a run
+  twice leaves it once;
 - the target is the integration's own warehouse (URL and connect_args) unless
   `writeback.url` names another; the tables are created, and key columns added, as needed.
 """
@@ -64,12 +66,10 @@ def write_back(integration: Integration, store: StateStore, finished_since: date
 
 def _write_runs(integration: Integration, store: StateStore, engine: Engine,
                 run_ids: list[str]) -> str | None:
-    schema = integration.writeback.schema_name if integration.writeback else None
     keys = key_names(integration, engine)
     for n, run_id in enumerate(run_ids):
         try:
-            with engine.begin() as conn:
-                _write_run(conn, integration, store, run_id, schema, keys)
+            _write_run(engine, integration, store, run_id, keys)
         except Exception as exc:
             return _failed(integration, store, run_ids[n:], exc)
         store.mark_written_back(run_id, integration.name)
@@ -94,29 +94,34 @@ def key_names(integration: Integration, target: Engine) -> tuple[str, ...]:
             duckdb_turns.release(engine)
 
 
-def _write_run(conn: Connection, integration: Integration, store: StateStore, run_id: str,
-               schema: str | None, keys: tuple[str, ...]) -> None:
-    """One run: its row, then its outcome rows, replacing any of an interrupted write."""
+def _write_run(engine: Engine, integration: Integration, store: StateStore, run_id: str,
+               keys: tuple[str, ...]) -> None:
+    """One run: the tables made ready (DDL, which commits on some warehouses), then in one
+    transaction of DML only its row and its outcome rows, replacing any an interrupted write
+    left."""
+    schema = integration.writeback.schema_name if integration.writeback else None
     at = tables.utc(datetime.now(UTC))
     assert at is not None
     run = store.run(run_id)
-    metadata = sa.MetaData()
-    runs = tables.runs_table(metadata, schema)
-    _ensure_schema(conn, schema)
-    runs.create(conn, checkfirst=True)
-    conn.execute(runs.delete().where(runs.c.run_id == run_id))
-    conn.execute(runs.insert(), [tables.run_row(run, record(run), at)])
     chunks = store.outcome_rows(run_id)
     first = next(chunks, [])
     samples = [r.key_values for r in first if r.key_values is not None] or [
         _cursor_keys(store, integration)]
-    outcomes, textual = _outcomes_table(conn, metadata, schema, keys, samples)
-    conn.execute(outcomes.delete().where(outcomes.c.run_id == run_id))
-    for chunk in chain([first], chunks):
-        if chunk:
-            conn.execute(outcomes.insert(), [tables.as_text(
-                tables.outcome_row(run_id, integration.name, keys, row, at), textual)
-                for row in chunk])
+    metadata = sa.MetaData()
+    runs = tables.runs_table(metadata, schema)
+    with engine.begin() as conn:
+        _ensure_schema(conn, schema)
+        runs.create(conn, checkfirst=True)
+        outcomes, textual = _outcomes_table(conn, metadata, schema, keys, samples)
+    with engine.begin() as conn:
+        conn.execute(runs.delete().where(runs.c.run_id == run_id))
+        conn.execute(runs.insert(), [tables.run_row(run, record(run), at)])
+        conn.execute(outcomes.delete().where(outcomes.c.run_id == run_id))
+        for chunk in chain([first], chunks):
+            if chunk:
+                conn.execute(outcomes.insert(), [tables.as_text(
+                    tables.outcome_row(run_id, integration.name, keys, row, at), textual)
+                    for row in chunk])
 
 
 def _cursor_keys(store: StateStore, integration: Integration) -> tuple[Any, ...]:
