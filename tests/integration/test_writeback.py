@@ -184,3 +184,23 @@ def test_the_outcome_table_is_there_from_a_clean_first_run_typed_as_the_source_k
     sync_file(path, store=state)
     assert _select(warehouse, "SELECT s.order_id FROM engage_sync_row_outcomes o "
                               "JOIN orders_sync s USING (order_id)") == [(7,)]
+
+
+def test_a_writeback_url_names_another_database(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WRITEBACK_FILE", str(tmp_path / "opsdb.duckdb"))
+    path = _events(warehouse, service, tmp_path, _rows(0, 5, 2),
+                   {"url": "duckdb:///${WRITEBACK_FILE}", "schema": "ops"})
+    result = sync_file(path, store=state)
+    record = result.record
+    assert record is not None and result.writeback_error is None, result.writeback_error
+    ops = sa.create_engine(f"duckdb:///{tmp_path / 'opsdb.duckdb'}")
+    with ops.connect() as conn:
+        assert conn.execute(sa.text("SELECT run_id FROM ops.engage_sync_runs")).all() == [
+            (record["run_id"],)]
+        assert conn.execute(sa.text(  # named as the source spells them
+            "SELECT count(external_id), count(payload) FROM ops.engage_sync_row_outcomes")
+        ).all() == [(2, 2)]
+    ops.dispose()

@@ -80,10 +80,12 @@ def key_names(integration: Integration, target: Engine) -> tuple[str, ...]:
     """The key columns as the source spells them (so a quoted name is the source's own
     identifier in every dialect); as declared when the source cannot be asked."""
     declared = tuple(integration.key_columns)
-    spec = replace(source_spec(integration, kinds.kind_of(integration)), columns=declared)
     assert integration.writeback is not None
-    engine = target if integration.writeback.url is None else target_engine(integration, True)
+    engine = target
     try:
+        spec = replace(source_spec(integration, kinds.kind_of(integration)), columns=declared)
+        if integration.writeback.url is not None:
+            engine = target_engine(integration, source=True)
         with engine.connect() as conn:
             resolved = resolve_columns(conn, spec)
         return tuple(resolved[c] for c in declared)
