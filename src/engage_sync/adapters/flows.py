@@ -25,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from engage_sync.adapters import prefect_exit
 from engage_sync.adapters.failures import SyncAlert, one_line
+from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import open_state, run_direct, sync_file
 from engage_sync.config.files import integration_files, resolve_integration
 from engage_sync.cursor.progress import Mode
@@ -102,7 +103,7 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
                               partitions, send_whole, accept_schema)
         path = resolve_integration(integration, config_dir)
         outcome = sync_file(path, options=options, store=store, budgets=budgets,
-                            on_progress=progress, runner=prefect_runner)
+                            on_progress=progress, runner=prefect_runner, blocks=secret_block)
     except SyncError as exc:  # the UI's state message and the CLI's last line say the same
         raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
     if outcome.dry_run is not None:
@@ -114,6 +115,9 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
     progress.finish(record)
     _artifacts(outcome.integration, record, store)
     _prune(store)
+    if outcome.writeback_error:  # logged by the write-back; the next run writes it
+        logger.warning("integration %s: write-back failed, the next run tries again",
+                       outcome.integration)
     if outcome.alert:
         raise SyncAlert(f"integration {outcome.integration}: {outcome.alert}")
     logger.info("integration %s: %s", outcome.integration, record)

@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import run_partition
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
@@ -36,7 +37,7 @@ TICK_SECONDS = 2.0
 def partition_task(job: PartitionJob, budgets: RateBudgets | None = None) -> dict[str, Any]:
     """One partition (Prefect task retries stay off: delivery owns retries, and a partition
     that stopped resumes with the next start of the run)."""
-    return run_partition(job, budgets)
+    return run_partition(job, budgets, secret_block)
 
 
 def task_runner(integration: Integration, partitions: int) -> TaskRunner[Any]:

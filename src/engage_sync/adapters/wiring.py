@@ -41,6 +41,7 @@ from engage_sync.run.schema_guard import guard_schema
 from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
+from engage_sync.writeback.writer import write_back
 
 log = logging.getLogger("engage_sync.adapters.wiring")
 
@@ -129,6 +130,8 @@ class RunResult:
     alert: str | None = None
     """Why the finished run needs a person's attention (`status.alert_reason`); the record's
     message says the same."""
+    writeback_error: str | None = None
+    """Why writing the run back to the warehouse failed (the next run tries again)."""
 
 
 def load_or_record(path: str | Path, store: StateStore) -> Integration:
@@ -146,6 +149,25 @@ def load_or_record(path: str | Path, store: StateStore) -> Integration:
 Runner = Callable[[Integration, RateBudgets], Execute]
 """Given the integration and the process's budgets: how its partitions are executed."""
 
+SecretBlocks = Callable[[str, str], str]
+"""(integration, block name) → the value of that Prefect Secret block; given only by the
+paths that run Prefect (`adapters/secret_blocks.py`)."""
+
+
+def service_key(integration: Integration, blocks: SecretBlocks | None = None) -> str:
+    """The API key: from the Prefect Secret block `service.api_key_block` names, else from
+    the variable `service.api_key_env` names. A block without Prefect is a ConfigError."""
+    name = integration.service.api_key_block
+    if name is None:
+        return secrets.api_key(integration.name, integration.service.api_key_env)
+    if blocks is None:
+        raise ConfigError(
+            f"integration {integration.name}: the API key is in the Prefect Secret block "
+            f"{name!r} ('service.api_key_block'), which only runs with Prefect read; run the "
+            "integration as a flow (without --no-prefect), or name an environment variable "
+            "in 'service.api_key_env' instead", key="service.api_key_block")
+    return blocks(integration.name, name)
+
 
 def sync_file(
     path: str | Path,
@@ -157,25 +179,48 @@ def sync_file(
     clock: Callable[[], datetime] | None = None,
     runner: Runner | None = None,
     stop: StopRequest | None = None,
+    blocks: SecretBlocks | None = None,
 ) -> RunResult:
     """Run one integration file end to end, partitioned when it asks for partitions (then
     `runner` executes them: threads of this process by default). `stop`, once set, stops an
     unpartitioned run resumable (RunStopped), within the attempt timeout + 5 s.
     Raises ConfigError / SyncError after recording. Told to OpenLineage when it is
-    configured (`lineage`)."""
+    configured (`lineage`). With `writeback`, the runs it recorded are then written back to
+    the warehouse (`writeback/`), which never fails the sync. `blocks` reads Prefect Secret
+    blocks (`service_key`)."""
     options = options or RunOptions()
     store = store or open_state()
+    since = _utcnow()
     with lineage.observe(path, live=not options.dry_run) as seen:
-        result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
-                       runner, seen, stop)
+        try:
+            result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
+                           runner, seen, stop, blocks)
+        except Exception:
+            _write_back(path, options, store, since)
+            raise
+        result.writeback_error = _write_back(path, options, store, since)
         seen.finish(result.record)
     return result
+
+
+def _write_back(path: str | Path, options: RunOptions, store: StateStore, since: datetime
+                ) -> str | None:
+    """The runs recorded since `since` (and those left pending) to the warehouse, when the
+    integration asks for it; never raises."""
+    if options.dry_run:
+        return None
+    try:
+        integration = with_expanded_service(load_integration(path))
+    except ConfigError:
+        return None  # recorded as the run's config_error: nothing to write it with
+    return write_back(integration, store, since)
 
 
 def _sync(path: str | Path, options: RunOptions, store: StateStore,
           budgets: RateBudgets | None, on_progress: Callable[[dict[str, int]], None] | None,
           clock: Callable[[], datetime], runner: Runner | None,
-          seen: lineage.Observer, stop: StopRequest | None) -> RunResult:
+          seen: lineage.Observer, stop: StopRequest | None,
+          blocks: SecretBlocks | None) -> RunResult:
     integration = load_or_record(path, store)
     with _config_errors_recorded(store, integration.name):
         integration = with_expanded_service(integration)
@@ -193,7 +238,7 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
                 integration, engine, store, clock=clock, options=options))
         seen.start(integration, engine)
         with _config_errors_recorded(store, integration.name):
-            key = secrets.api_key(integration.name, integration.service.api_key_env)
+            key = service_key(integration, blocks)
             run_budgets = budgets_for(integration, budgets)
         with http_transport(integration) as transport:
             result = _send(path, integration, options, runner, stop, Deps(
@@ -233,10 +278,12 @@ def portable_url(store: StateStore) -> SecretStr:
     return SecretStr(url.render_as_string(hide_password=False))
 
 
-def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict[str, Any]:
+def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
+                  blocks: SecretBlocks | None = None) -> dict[str, Any]:
     """One partition of a partitioned run, in whatever process or thread runs it: the state
     database, warehouse, API key and budget come from the job's descriptors and this process's
-    environment. `budgets`: the budgets of the coordinator's process (threads only)."""
+    environment (or Prefect, `blocks`). `budgets`: the budgets of the coordinator's process
+    (threads only)."""
     store = open_state(None if job.state_url is None else job.state_url.get_secret_value())
     try:
         if not store.has_run(job.parent):
@@ -247,7 +294,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None) -> dict
         integration = with_expanded_service(load_integration(job.path))
         engine = warehouse_engine(integration, read_only=job.read_only)
         try:
-            key = secrets.api_key(integration.name, integration.service.api_key_env)
+            key = service_key(integration, blocks)
             with http_transport(integration) as transport:
                 deps = Deps(engine=engine, state=store, transport=transport, api_key=key,
                             budgets=budgets_for(integration, budgets))

@@ -35,6 +35,7 @@ from engage_sync.config.service import (
     TaskRunnerConfig,
 )
 from engage_sync.config.track_formats import IdentifierKind, MappedFormat, PayloadFormat
+from engage_sync.config.writeback import Writeback, key_column_clash
 
 MAX_PARTITIONS = 64
 
@@ -143,6 +144,8 @@ class Integration(Frozen):
     max_deletes: int = Field(default=1000, ge=0)
     partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
     task_runner: TaskRunnerConfig = TaskRunnerConfig()
+    writeback: Writeback | None = None
+    """Where each run's record and its rows' outcomes are written back (`writeback/`)."""
 
     @field_validator("kind")
     @classmethod
@@ -158,6 +161,13 @@ class Integration(Frozen):
     @model_validator(mode="after")
     def _partitions(self) -> Integration:
         problem = partition_problem(self, self.partitions)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _writeback_columns(self) -> Integration:
+        problem = key_column_clash(self.key_columns) if self.writeback is not None else None
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -86,6 +86,9 @@ class TaskRunnerConfig(Frozen):
 class Service(Frozen):
     base_url: str = "http://127.0.0.1:8787"
     api_key_env: str = "ENGAGE_API_KEY"
+    api_key_block: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]{0,99}$")
+    """The name of a Prefect Secret block holding the API key: read instead of `api_key_env`
+    by runs that have Prefect (flows, deployments), never by `--no-prefect`."""
     limits: Limits = Limits()
     rate_limit: RateLimit = RateLimit()
     rate_budget: RateBudgetConfig = RateBudgetConfig()

@@ -17,7 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.cursor.null_keys import null_key_reasons, position_value
-from engage_sync.cursor.progress import REJECTED, Cursor, digest, stamp
+from engage_sync.cursor.progress import REJECTED, Cursor, digest, encode_cursor, stamp
 from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
 from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
@@ -43,11 +43,12 @@ Rejects = list[tuple[str, str, str]]  # (position, row key, reason)
 
 class RowBatch:
     """One transformed Arrow batch: an outcome per row and the rows' cursors, built only when
-    asked (most rows never need theirs)."""
+    asked (most rows never need theirs). Row k has seq `first_seq + k`."""
 
-    def __init__(self, columns: list[Any], num_rows: int) -> None:
+    def __init__(self, columns: list[Any], num_rows: int, first_seq: int = 0) -> None:
         self.columns = columns
         self.outcomes: list[RowOutcome] = [None] * num_rows
+        self.first_seq = first_seq
         self._all: list[Cursor] | None = None
         self.superseded = 0  # rows passed for a later row of the same user, and their points
         self.superseded_points = 0
@@ -63,6 +64,17 @@ class RowBatch:
                       [position_value(v) for v in c.to_pylist()] for c in self.columns]
             self._all = list(zip(*values, strict=True))
         return self._all
+
+
+def key_values(sources: Sequence[RowBatch], seq: int) -> str | None:
+    """The declared key columns' values of row `seq` as they are in the source (a payload key
+    column as its MD5), JSON as cursors are encoded; None when no batch of `sources` holds
+    the row."""
+    for rows in sources:
+        k = seq - rows.first_seq
+        if 0 <= k < len(rows.outcomes):
+            return encode_cursor(rows.cursor(k)[1:])
+    return None
 
 
 def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
@@ -142,7 +154,8 @@ class Reader:
         (`null_keys`) unless the kind rejected it already."""
         result = self.kind.transform(self.i, batch, seq)
         assert len(result.items) + len(result.rejects) == batch.num_rows, "a row was lost"
-        rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows)
+        rows = RowBatch([batch.column(n) for n in self.spec.position_columns], batch.num_rows,
+                        seq)
         for item in result.items:
             rows.outcomes[item.seq - seq] = item
         for reject in result.rejects:

@@ -36,6 +36,8 @@ class Cutter:
         self.last_k = 0
         self.last_fixed: Cursor | None = None
         self.stamp_of: dict[int, str] = {}  # lookback: cursor stamp of each item not yet sent
+        # the batches the items packed since the last cut came from (their key values)
+        self.sources: list[RowBatch] = []
 
     def last(self) -> Cursor | None:
         return self.last_rows.cursor(self.last_k) if self.last_rows is not None \
@@ -48,6 +50,8 @@ class Cutter:
         full = self.packer.add(item)
         if full is not None:
             self._send(full, self.last())
+        if not self.sources or self.sources[-1] is not rows:
+            self.sources.append(rows)  # after the cut: the item starts the next request
         self.passed(rows, k)
 
     def passed(self, rows: RowBatch, k: int) -> None:
@@ -76,5 +80,7 @@ class Cutter:
             return
         self.req_no += 1
         stamps = tuple(self.stamp_of.pop(i.seq) for i in batch.items) if self.lookback else ()
-        self.submit(Outgoing(self.segment_start, end, batch=batch, stamps=stamps), self.req_no)
+        self.submit(Outgoing(self.segment_start, end, batch=batch, stamps=stamps,
+                             sources=tuple(self.sources)), self.req_no)
         self.segment_start = end
+        self.sources = []

@@ -28,9 +28,15 @@ from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable, RunSto
 from engage_sync.items import Item, users_of
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
+from engage_sync.read.reader import RowBatch, key_values
 from engage_sync.state.fields import unknown_fields
 from engage_sync.state.records import JournalEntry, Settlement
-from engage_sync.state.row_errors import AFTER_DOUBT, request_position, unmapped_position
+from engage_sync.state.row_errors import (
+    AFTER_DOUBT,
+    item_of,
+    request_position,
+    unmapped_position,
+)
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger("engage_sync.run.send_loop")
@@ -48,6 +54,8 @@ class Outgoing(Segment):
     batch: Batch | None = None
     stamps: tuple[str, ...] = ()
     acked: tuple[Item, ...] = ()
+    sources: tuple[RowBatch, ...] = ()
+    """The batches its items were read from, until it is settled (their key values)."""
 
 
 def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
@@ -59,6 +67,21 @@ def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
 def _refused(future: Future[Any]) -> bool:
     """The service refused the credentials (401/403): the request was not processed."""
     return future.exception() is None and future.result().outcome.kind == "fatal"
+
+
+def _with_key_values(segment: Outgoing, settlement: Settlement) -> Settlement:
+    """The settlement with the key values of the rows it names (failed, in doubt, doubled),
+    read from the batches the request's items came from."""
+    named = [*settlement.failed, *settlement.in_doubt, *settlement.duplicated]
+    if not named or segment.batch is None:
+        return settlement
+    items = segment.batch.items
+    values: dict[str, str | None] = {}
+    for position, _, _ in named:
+        k = item_of(position)
+        if k is not None and k < len(items):
+            values[position] = key_values(segment.sources, items[k].seq)
+    return replace(settlement, key_values=values)
 
 
 class FatalStop(FatalDeliveryError):
@@ -117,8 +140,12 @@ class SendLoop:
         if self.stopped is not None:
             raise self.stopped
         items = segment.batch.items
-        keys = tuple(i.key for i in items) if self.group == 1 else None  # exact journal
-        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(items), keys=keys)
+        keys = values = None
+        if self.group == 1:  # exact journal: the items named if the request is left in flight
+            keys = tuple(i.key for i in items)
+            values = tuple(key_values(segment.sources, i.seq) for i in items)
+        segment.entry = JournalEntry(req_no, segment.start, segment.end, len(items), keys=keys,
+                                     key_values=values)
         self.progress.add(segment)
         self.queue.append(segment)
         if len(self.queue) >= self.group:
@@ -195,6 +222,7 @@ class SendLoop:
                 continue
             self.unsaved.append((segment, self._settlement(segment, future)))
             segment.settled = True
+            segment.sources = ()  # the batches read may go
         if len(self.unsaved) >= self.group:
             self._save()
 
@@ -230,18 +258,19 @@ class SendLoop:
         return out
 
     def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
-        """How the request ended, with the rows that may be doubled (`deliver.doubled`)."""
+        """How the request ended, with the rows that may be doubled (`deliver.doubled`) and
+        the key values of every row named."""
         settlement = self._ended(segment, future)
         if not self.ctx.names_duplicates or future.exception() is not None \
                 or not resent_after_doubt(future.result()):
-            return settlement
+            return _with_key_values(segment, settlement)
         assert segment.batch is not None
         failed = {position for position, _, _ in settlement.failed}
         doubled = [(p, item.key, AFTER_DOUBT) for p, item in
                    ((request_position(settlement.req_no, k), item)
                     for k, item in enumerate(segment.batch.items)) if p not in failed]
         self.ctx.counts["duplicated"] = self.ctx.counts.get("duplicated", 0) + len(doubled)
-        return replace(settlement, duplicated=doubled)
+        return _with_key_values(segment, replace(settlement, duplicated=doubled))
 
     def _ended(self, segment: Outgoing, future: Future[Any]) -> Settlement:
         assert segment.batch is not None and segment.entry is not None

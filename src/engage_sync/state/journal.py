@@ -30,7 +30,8 @@ def insert_pending(conn: Connection, run_id: str, entries: Sequence[JournalEntry
         {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
          "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
          "synced": 0, "failed": 0, "in_doubt": 0,
-         "item_keys": None if e.keys is None else json.dumps(e.keys)}
+         "item_keys": None if e.keys is None else json.dumps(e.keys),
+         "item_key_values": None if e.key_values is None else json.dumps(e.key_values)}
         for e in entries
     ])
 
@@ -52,8 +53,10 @@ def settle_entries(conn: Connection, run_id: str, settlements: Sequence[Settleme
 
 
 def pending_entries(conn: Connection, run_id: str) -> Sequence[Row[Any]]:
-    """(req_no, item_keys) of the run's entries still pending (left in flight by a crash)."""
-    return conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+    """(req_no, item_keys, item_key_values) of the run's entries still pending (left in
+    flight by a crash)."""
+    return conn.execute(sa.select(journal.c.req_no, journal.c.item_keys,
+                                  journal.c.item_key_values).where(
         journal.c.run_id == run_id, journal.c.state == "pending")).all()
 
 
@@ -75,6 +78,13 @@ def named_items(entries: Sequence[Any], reason: str) -> list[tuple[str, str, str
     """Row errors naming the items of journal entries (req_no, item_keys) that kept keys."""
     return [(request_position(r.req_no, k), key, reason) for r in entries
             if r.item_keys is not None for k, key in enumerate(json.loads(r.item_keys))]
+
+
+def named_key_values(entries: Sequence[Any]) -> dict[str, str | None]:
+    """The key values of the items `named_items` names, by position (none when not kept)."""
+    return {request_position(r.req_no, k): values for r in entries
+            if r.item_key_values is not None
+            for k, values in enumerate(json.loads(r.item_key_values))}
 
 
 class Journal:
@@ -130,7 +140,8 @@ class Journal:
                 ).values(end_cursor=group[-1].end_cursor,
                          item_count=sum(r.item_count for r in group),
                          synced=sum(r.synced for r in group),
-                         item_keys=_merged_keys(r.item_keys for r in group)))
+                         item_keys=_merged_keys(r.item_keys for r in group),
+                         item_key_values=None))  # kept only to name pending entries
                 removed += [r.req_no for r in group[1:]]
             for i in range(0, len(removed), 500):
                 conn.execute(journal.delete().where(

@@ -6,8 +6,8 @@ No SQL here: these are values, built by the store's modules and by their callers
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,6 +47,8 @@ class JournalEntry:
     state: str = "pending"
     keys: tuple[str, ...] | None = None
     """The row keys of its items (exact journals), to name them if it is left in flight."""
+    key_values: tuple[str | None, ...] | None = None
+    """With `keys`: each item's key values as they are in the source (JSON, or None)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +65,5 @@ class Settlement:
     """Errors of the answer that name no item: (position, "request N", reason)."""
     duplicated: Sequence[tuple[str, str, str]] = ()
     """Rows sent again after a doubtful attempt, that may be doubled (`deliver.doubled`)."""
+    key_values: Mapping[str, str | None] = field(default_factory=dict)
+    """The key values (JSON) of the rows above, by position (`row_errors.key_values`)."""

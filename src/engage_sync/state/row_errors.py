@@ -9,11 +9,17 @@ position is written:
 - an item of a request that failed, was in doubt or may be doubled: `req<n>:<k>`;
 - a row of a request in flight when its run was killed: `crash:<encoded cursor>`;
 - an error of an answer that names no item: `req<n>:unmapped:<k>`.
+A row error also keeps the row's declared key columns' values as they are in the source
+(`key_values`, JSON as cursors are encoded; a payload key column as its MD5), so the
+write-back can join it to its source row: taken from the position when it is a cursor
+(rejects, crashes), else handed in by whoever knows them (the send loop, the journal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -55,17 +61,43 @@ def crash_position(cursor: Cursor) -> str:
     return f"crash:{encode_cursor(cursor)}"
 
 
+def item_of(position: str) -> int | None:
+    """The item index of a `request_position`, else None."""
+    head, _, tail = position.partition(":")
+    return int(tail) if head.startswith("req") and tail.isdigit() else None
+
+
+_TIE = re.compile(r"#\d+$")
+
+
+def cursor_key_values(position: str) -> str | None:
+    """The key values (JSON) of a row error whose position is its cursor: a reject (`#n` of a
+    tie dropped) or a row in flight at a crash; None for any other position."""
+    text = _TIE.sub("", position.removeprefix("crash:"))
+    if not text.startswith("["):
+        return None
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    return json.dumps(values[1:]) if isinstance(values, list) else None
+
+
 def unmapped_position(req_no: int, k: int) -> str:
     """The position of the k-th error of request `req_no`'s answer that names no item."""
     return f"req{req_no}:unmapped:{k}"
 
 
 def insert_errors(conn: Connection, run_id: str, integration: str, kind: str,
-                  rows: list[tuple[str, str, str]]) -> None:
-    """Record row errors of one kind as (position, row key, reason); a second time, a no-op."""
+                  rows: list[tuple[str, str, str]],
+                  key_values: Mapping[str, str | None] | None = None) -> None:
+    """Record row errors of one kind as (position, row key, reason), with their key values
+    (by position, else from a cursor position: `cursor_key_values`); a second time, a no-op."""
     at = now()
+    known = key_values or {}
     values = [{"run_id": run_id, "position": pos, "row_key": key, "kind": kind,
-               "integration": integration, "reason": reason[:1000], "recorded_at": at}
+               "integration": integration, "reason": reason[:1000], "recorded_at": at,
+               "key_values": known.get(pos) or cursor_key_values(pos)}
               for pos, key, reason in rows]
     upsert(conn, row_errors, values)
 

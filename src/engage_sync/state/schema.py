@@ -6,7 +6,8 @@ requests after compaction); `engage_row_errors` rejected, failed and in-doubt ro
 reasons, never payload values), and service errors that name no row (kind `unmapped`, keyed by
 their request); `engage_acks` what lookback remembers; `engage_fields` what the field-level
 diff remembers (digests, never values); `engage_source_schemas` the source schema the schema
-guard last accepted; `engage_retries` failed requests that later runs send again.
+guard last accepted; `engage_retries` failed requests that later runs send again;
+`engage_writebacks` which runs were written back to the user's warehouse.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ journal = sa.Table(
     # items, as a JSON list, so a request left in flight by a kill is named in the transaction
     # that marks it in doubt or re-sent (exact journals only; NULL for grouped journals)
     sa.Column("item_keys", sa.Text),
+    # added with the write-back (`add_missing_columns`): the declared key columns' values of
+    # those items, as they are in the source (`row_errors.key_values`), a JSON list per item
+    sa.Column("item_key_values", sa.Text),
 )
 
 row_errors = sa.Table(
@@ -96,6 +100,10 @@ row_errors = sa.Table(
     sa.Column("integration", sa.String(100), nullable=False, index=True),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    # added with the write-back (`add_missing_columns`): the row's declared key columns'
+    # values as they are in the source, a JSON list encoded as cursors are (`encode_cursor`);
+    # a payload key column as the MD5 of its text, as in cursors. NULL when not known.
+    sa.Column("key_values", sa.Text),
 )
 
 acks = sa.Table(
@@ -144,6 +152,20 @@ within the run's floor, before and partition; with the row keys of its items whe
 kept them, so only those rows are sent again), how many tries it has had, and its state:
 `pending`, `parked` (out of tries), `landed` or `retried` (sent again; what failed again is
 a newer row)."""
+
+writebacks = sa.Table(
+    "engage_writebacks",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("tries", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Runs written back to the user's warehouse (`written`), or whose write-back failed and is
+tried again by the integration's next run (`pending`, with the last error: no value, no
+secret)."""
 
 source_schemas = sa.Table(
     "engage_source_schemas",

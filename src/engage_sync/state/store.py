@@ -15,7 +15,8 @@ SQLite file by default, PostgreSQL by URL for teams. Invariants:
 `StateStore` is composed by what each part keeps: run rows and cursors (`runs`), the journal
 (`journal`), row errors and counts (`row_errors`), lookback acks (`acks`), the field record
 (`fields`), partitioned runs (`partitions`, whose rows are run rows), failed requests kept for
-later runs (`retries`) and the schema guard's record (`source_schemas`). Each part's methods
+later runs (`retries`), the schema guard's record (`source_schemas`) and which runs were
+written back to the user's warehouse (`writebacks`). Each part's methods
 write one table; the transactions that write several are here, built from the parts'
 functions taking a `Connection`, so no part calls another's methods.
 """
@@ -47,10 +48,11 @@ from engage_sync.state.row_errors import (
 from engage_sync.state.runs import RunRows, add_to_run, close_run, fence, move_progress
 from engage_sync.state.schema import sqlite_pragmas
 from engage_sync.state.source_schemas import SourceSchemas
+from engage_sync.state.writebacks import Writebacks
 
 
 class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, SourceSchemas,
-                 Retries):
+                 Retries, Writebacks):
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
     def __init__(self, engine: Engine) -> None:
@@ -101,11 +103,12 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
             if points:
                 add_to_run(conn, run_id, data_points_sent=points)
             journal.settle_entries(conn, run_id, settlements)
+            values = {p: v for s in settlements for p, v in s.key_values.items()}
             for kind, rows in (("failed", [r for s in settlements for r in s.failed]),
                                ("in_doubt", [r for s in settlements for r in s.in_doubt]),
                                ("unmapped", [r for s in settlements for r in s.unmapped]),
                                ("duplicate", [r for s in settlements for r in s.duplicated])):
-                insert_errors(conn, run_id, integration, kind, rows)
+                insert_errors(conn, run_id, integration, kind, rows, values)
             insert_acks(conn, integration, acked_rows)
             if progress is not None:
                 move_progress(conn, run_id, integration, progress, move_cursor)
@@ -118,7 +121,8 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
             pending = journal.pending_entries(conn, run_id)
             if name_duplicates:
                 insert_errors(conn, run_id, integration, "duplicate",
-                              journal.named_items(pending, AFTER_KILL))
+                              journal.named_items(pending, AFTER_KILL),
+                              journal.named_key_values(pending))
             return journal.delete_pending(conn, run_id)
 
     def forget_unsent(self, run_id: str, req_nos: Sequence[int], owner: str | None = None
@@ -144,7 +148,7 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
             pending = journal.pending_entries(conn, run_id)
             journal.pending_in_doubt(conn, run_id, reason)
             insert_errors(conn, run_id, integration, "in_doubt",
-                          journal.named_items(pending, reason))
+                          journal.named_items(pending, reason), journal.named_key_values(pending))
         return {r.req_no for r in pending if r.item_keys is None}
 
     def finish_run(self, run_id: str, job_status: str, message: str | None = None) -> None:
