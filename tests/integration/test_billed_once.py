@@ -199,6 +199,7 @@ def test_superseded_rows_send_sends_every_row_in_order(
     assert service.profile("s00007")["attributes"]["plan"] == "pro"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)  # a kill: one is enough
 def test_killed_after_passing_a_superseded_row_the_resumed_run_sends_the_latest(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path,
 ) -> None:

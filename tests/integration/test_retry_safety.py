@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import open_state, sync_file
@@ -35,6 +36,22 @@ def _run(path: Path, state: StateStore, mode: str = "incremental", **kw: Any) ->
     rec = sync_file(path, store=state, options=opts).record
     assert rec is not None
     return rec
+
+
+def _late_events_then_a_503(wh: Warehouse, service: Service) -> None:
+    """Five late events at T0 (below what was sent); the next request answered 503."""
+    wh.insert("events_sync", [
+        {"event_id": f"e000140x{k}", "updated_at": T0, "external_id": "u00001",
+         "payload": f'{{"name": "viewed", "properties": {{"eid": "late{k}"}}}}'}
+        for k in range(5)])
+    n = len(service.requests())
+    service.faults([{"path": "/users/track", "action": "503", "nth": [n + 1]}])
+
+
+def _each_event_once(service: Service) -> None:
+    ids = Counter(service.event_ids())
+    twice = sorted(k for k, v in ids.items() if v > 1)
+    assert not twice, f"{len(twice)} events sent twice, e.g. {twice[:3]}"
 
 
 def _changes_file(wh: Warehouse, svc: Service, folder: Path, attributes: dict[str, str],
@@ -70,6 +87,7 @@ def test_a_retry_never_sends_a_users_older_row_over_a_newer_one(
         "the retry sent s00000's older, superseded row over its newer value"
 
 
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)  # a kill: one is enough
 def test_a_resumed_retry_run_keeps_to_its_range(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path,
 ) -> None:
@@ -86,9 +104,7 @@ def test_a_resumed_retry_run_keeps_to_its_range(
     state.engine.dispose()
     kill_during_request(path, service, sandbox_key, state_url, nth=5)  # the retry's request
     resume_cli(path, state_url, sandbox_key)
-    ids = Counter(service.event_ids())
-    twice = sorted(k for k, v in ids.items() if v > 1)
-    assert not twice, f"{len(twice)} events sent twice, e.g. {twice[:3]}"
+    _each_event_once(service)
 
 
 def test_a_retry_of_a_backfill_request_sends_only_its_own_rows(
@@ -97,19 +113,12 @@ def test_a_retry_of_a_backfill_request_sends_only_its_own_rows(
     path = table_integration(warehouse, service, tmp_path, "events", event_rows(150),
                              in_doubt="skip", service=ONCE)
     _run(path, state)  # 150 events, once
-    late = [{"event_id": f"e000140x{k}", "updated_at": T0, "external_id": "u00001",
-             "payload": f'{{"name": "viewed", "properties": {{"eid": "late{k}"}}}}'}
-            for k in range(5)]
-    warehouse.insert("events_sync", late)
-    n = len(service.requests())
-    service.faults([{"path": "/users/track", "action": "503", "nth": [n + 1]}])
+    _late_events_then_a_503(warehouse, service)
     bf = _run(path, state, "backfill", start=T0, end=T0 + timedelta(seconds=1))
     assert bf["rows_failed_with_errors"] == 5
     service.faults([])
     _run(path, state)  # incremental: the retry pass first
-    ids = Counter(service.event_ids())
-    twice = sorted(k for k, v in ids.items() if v > 1)
-    assert not twice, f"{len(twice)} events sent twice, e.g. {twice[:3]}"
+    _each_event_once(service)
 
 
 def test_a_backfill_leaves_a_failed_event_to_its_retry(
@@ -122,9 +131,7 @@ def test_a_backfill_leaves_a_failed_event_to_its_retry(
     service.faults([])
     _run(path, state, "backfill", start=T0, end=T0 + timedelta(seconds=1))
     _run(path, state)
-    ids = Counter(service.event_ids())
-    twice = sorted(k for k, v in ids.items() if v > 1)
-    assert not twice, f"{len(twice)} events sent twice, e.g. {twice[:3]}"
+    _each_event_once(service)
 
 
 def test_a_payload_key_of_mixed_types_never_flips_the_schema_guard(
@@ -159,18 +166,11 @@ def test_a_retry_of_a_lookback_request_sends_only_its_own_rows(
     path = table_integration(warehouse, service, tmp_path, "events", event_rows(150),
                              in_doubt="skip", service=ONCE, lookback="1d")
     _run(path, state)
-    late = [{"event_id": f"e000140x{k}", "updated_at": T0, "external_id": "u00001",
-             "payload": f'{{"name": "viewed", "properties": {{"eid": "late{k}"}}}}'}
-            for k in range(5)]
-    warehouse.insert("events_sync", late)
-    n = len(service.requests())
-    service.faults([{"path": "/users/track", "action": "503", "nth": [n + 1]}])
+    _late_events_then_a_503(warehouse, service)
     assert _run(path, state)["rows_failed_with_errors"] == 5
     service.faults([])
     _run(path, state)
-    ids = Counter(service.event_ids())
-    twice = sorted(k for k, v in ids.items() if v > 1)
-    assert not twice, f"{len(twice)} events sent twice, e.g. {twice[:3]}"
+    _each_event_once(service)
 
 
 def test_the_retry_pass_waits_while_another_process_runs_the_integration(
