@@ -71,3 +71,9 @@ class StateUnavailable(SyncError):
     server stopped or restarting, a full disk under a SQLite file): `state.outage` names it,
     never its password. The run stops where it was and writes nothing more (the loop lets this
     pass its error handlers, which would write); the next run resumes it as after a crash."""
+
+
+NOT_THE_RUNS_FAILURE = (LeaseLost, RunStopped, StateUnavailable)
+"""Errors that end a run's attempt without being its failure: another process owns the run
+now, it was asked to stop, or the state database was lost. Nothing records them against the
+run (that would write where it must not), and a caller running several runs stops at them."""

@@ -10,7 +10,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -226,13 +226,11 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
         integration = with_expanded_service(integration)
         engine = warehouse_engine(integration)
     try:
-        if options.dry_run:  # checked, nothing recorded, not even the refusal
+        # SchemaChanged is recorded as a config_error, but a dry run records nothing
+        with nullcontext() if options.dry_run else _config_errors_recorded(
+                store, integration.name):
             guard_schema(integration, kinds.kind_of(integration), engine, store,
-                         accept=options.accept_schema, record=False)
-        else:
-            with _config_errors_recorded(store, integration.name):  # SchemaChanged
-                guard_schema(integration, kinds.kind_of(integration), engine, store,
-                             accept=options.accept_schema)
+                         accept=options.accept_schema, record=not options.dry_run)
         if options.dry_run:
             return RunResult(integration.name, dry_run=dry_run(
                 integration, engine, store, clock=clock, options=options))

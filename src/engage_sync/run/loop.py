@@ -37,7 +37,13 @@ from engage_sync.cursor.progress import Cursor, Progress, may_move_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.errors import LeaseLost, RunRefused, RunStopped, StateUnavailable, SyncError
+from engage_sync.errors import (
+    NOT_THE_RUNS_FAILURE,
+    RunRefused,
+    RunStopped,
+    StateUnavailable,
+    SyncError,
+)
 from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import stored_cursor
@@ -54,7 +60,7 @@ from engage_sync.run.stages import stages_for
 from engage_sync.run.stop import StopRequest
 from engage_sync.run.windows import window_before
 from engage_sync.state.records import JournalEntry
-from engage_sync.state.retries import WindowBounds
+from engage_sync.state.retries import PARKED, WindowBounds
 from engage_sync.state.row_errors import IN_FLIGHT_AT_CRASH, crash_position
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import job_message, job_status, record
@@ -178,7 +184,7 @@ class Run:
             self._check_delete_cap(opened.window)
             self._count_window(opened.window)
             self._stream(opened)
-        except (LeaseLost, RunStopped, StateUnavailable):
+        except NOT_THE_RUNS_FAILURE:
             raise  # another process's run now, stopped resumable, or the state database lost
             # (finishing the run once it is back would leave a request unsettled): not recorded
         except SyncError as exc:
@@ -266,14 +272,14 @@ class Run:
     def _keep_failed(self, window: Window) -> None:
         """Keep the run's failed requests (in doubt too, under `resend`) for later runs to
         send again first (`run/retries.py`), with one more try than this run's rows had."""
-        kept = self.deps.state.record_retries(
+        tries = self.scope.tries + 1
+        kept, state = self.deps.state.record_retries(
             self.run_id, self.i.name, WindowBounds(window.floor, window.before, window.partition),
-            self.resend_in_doubt, self.scope.tries + 1, self.i.failed_row_tries)
+            self.resend_in_doubt, tries, self.i.failed_row_tries)
         if kept:
-            parked = self.scope.tries + 1 >= self.i.failed_row_tries
             log.warning("integration %s: the rows of %d failed requests %s", self.i.name, kept,
-                        f"are parked after {self.scope.tries + 1} tries (engage-sync errors "
-                        f"{self.i.name} names them)" if parked else
+                        f"are parked after {tries} tries (engage-sync errors {self.i.name} "
+                        "names them)" if state == PARKED else
                         "will be sent again first by the next run")
 
     def _record_rejects(self, rejects: list[tuple[str, str, str]]) -> None:

@@ -19,7 +19,9 @@ Invariants:
   `failed_row_tries` is reached; the retry it came from is closed as `retried`, or `landed`
   when nothing of it failed again;
 - a retry run that stops on an error stops the pass: the rest stay pending for the next run,
-  and the run's own window still goes (it finds the error for itself).
+  and the run's own window still goes (it finds the error for itself); an error that is not
+  the run's failure (`errors.NOT_THE_RUNS_FAILURE`: a lost lease, a stop, the state database
+  lost) ends the command as it ends a run.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from sqlalchemy.engine import Engine
 from engage_sync.config.integration import Integration
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
-from engage_sync.errors import LeaseLost, RunStopped, SyncError
+from engage_sync.errors import NOT_THE_RUNS_FAILURE, SyncError
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.options import RunOptions
 from engage_sync.state.retries import LANDED, RETRIED, Retry
@@ -101,7 +103,7 @@ def retry_failed_rows(integration: Integration, deps: Deps) -> list[dict[str, An
     for retry in pending:
         try:
             record = Run(integration, deps, RunOptions(mode="retry"), RetryScope(retry)).execute()
-        except (LeaseLost, RunStopped):
+        except NOT_THE_RUNS_FAILURE:  # the state database lost too: the main run would not go
             raise
         except SyncError as exc:
             log.warning("integration %s: sending failed rows again stopped: %s; %d retries "

@@ -65,9 +65,10 @@ class Retries:
     engine: Engine
 
     def record_retries(self, run_id: str, integration: str, bounds: WindowBounds,
-                       resend_in_doubt: bool, tries: int, max_tries: int) -> int:
+                       resend_in_doubt: bool, tries: int, max_tries: int) -> tuple[int, str]:
         """Keep this run's failed requests (and in-doubt ones when `resend_in_doubt`) as
-        retries with `tries` tries, parked when `tries >= max_tries`. Returns how many."""
+        retries with `tries` tries, parked when `tries >= max_tries`. Returns how many, and
+        the state they were kept in (PENDING or PARKED)."""
         states = ["failed", "in_doubt"] if resend_in_doubt else ["failed"]
         state = PARKED if tries >= max_tries else PENDING
         with self.engine.begin() as conn:
@@ -84,7 +85,7 @@ class Retries:
                 "partition": _partition_text(bounds.partition), "tries": tries,
                 "state": state, "reason": r.reason, "recorded_at": at,
                 "item_keys": r.item_keys} for r in rows])
-        return len(rows)
+        return len(rows), state
 
     def pending_retries(self, integration: str) -> list[Retry]:
         """The integration's pending retries, oldest first."""
