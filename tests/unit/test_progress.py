@@ -17,6 +17,7 @@ from engage_sync.cursor.progress import (
     Segment,
     decode_cursor,
     encode_cursor,
+    encode_cursors,
     may_move_cursor,
     stamp,
 )
@@ -64,6 +65,18 @@ def test_a_cursor_decodes_to_the_same_values_and_types(values: list[Any]) -> Non
     decoded = decode_cursor(encode_cursor(values))
     assert decoded == tuple(values)
     assert [type(v) for v in decoded or ()] == [type(v) for v in values]
+
+
+_KEY_VALUES = st.one_of(st.integers(), st.text(max_size=6), st.booleans(), st.none(),
+                        st.floats(allow_nan=False), st.datetimes(timezones=st.just(UTC)))
+
+
+@given(st.lists(st.lists(_KEY_VALUES, max_size=3).map(tuple), max_size=5))
+def test_cursors_encoded_together_are_the_text_each_encodes_to_alone(
+    cursors: list[tuple[Any, ...]]
+) -> None:
+    # the journal's key values are compared with texts encode_cursor wrote (row errors, retries)
+    assert encode_cursors(cursors) == [encode_cursor(c) for c in cursors]
 
 
 def test_stamps_sort_like_their_times_whatever_the_zone() -> None:

@@ -27,18 +27,22 @@ class FakeState:
         self.journaled: list[int] = []
         self.settled: list[tuple[str, int]] = []
         self.progress: list[Cursor] = []
+        self.transactions = 0
         self.lock = threading.Lock()
 
     def journal_pending(self, run_id: str, entries: list[JournalEntry],
                         owner: str | None = None) -> None:
         with self.lock:
+            self.transactions += 1
             self.journaled += [e.req_no for e in entries]
 
     def settle(self, run_id: str, integration: str, settlements: list[Settlement],
                progress: Cursor | None = None, move_cursor: bool = True,
                acked_rows: Any = (), acked_fields: Any = (), points: int = 0,
-               owner: str | None = None) -> None:
+               owner: str | None = None, pending: list[JournalEntry] = ()) -> None:  # type: ignore[assignment]
         with self.lock:
+            self.transactions += 1
+            self.journaled += [e.req_no for e in pending]
             self.settled += [(s.state, s.req_no) for s in settlements]
             if progress is not None:
                 self.progress.append(tuple(progress))
@@ -103,6 +107,45 @@ def test_every_request_is_journaled_before_it_leaves(group: bool) -> None:
     assert deliverer.unjournaled == 0
     assert sorted(state.journaled) == list(range(1, 71))
     assert counts["synced"] == 70 and state.progress[-1] == (70,)
+
+
+def test_an_exact_journal_settles_a_request_with_the_next_ones_journal_entry() -> None:
+    # one request in flight: each submit waits for the one before, then settles it and
+    # journals its own request in one transaction (two commits a request before)
+    state = FakeState()
+    sender, counts = loop(state, FakeDeliverer(state), in_flight=1)
+    for k in range(1, 31):
+        sender.submit(segment(k, f"u{k}"), k)
+    sender.drain()
+    sender.close()
+    assert state.transactions == 31  # 30 requests and the drain's last settle
+    assert sorted(state.journaled) == list(range(1, 31))
+    assert [n for _, n in state.settled] == list(range(1, 31))
+    assert counts["synced"] == 30
+
+
+def test_no_acknowledged_request_waits_unsettled_while_the_loop_waits_again() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    deliverer.gates["r1"] = gate = threading.Event()
+    sender, _ = loop(state, deliverer)
+    for k in (1, 2, 3):
+        sender.submit(segment(k, f"u{k}"), k)
+    deadline = time.monotonic() + 5
+    while len(deliverer.sent) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    waiting = threading.Thread(target=sender.submit, args=(segment(4, "u1"), 4))
+    waiting.start()  # request 4 shares request 1's user: it waits for request 1
+    while len(state.settled) < 2:  # requests 2 and 3 are settled while it waits
+        assert time.monotonic() < deadline, state.settled
+        time.sleep(0.01)
+    assert sorted(state.settled) == [("acked", 2), ("acked", 3)]
+    gate.set()
+    waiting.join(5)
+    sender.drain()
+    sender.close()
+    assert sorted(n for _, n in state.settled) == [1, 2, 3, 4]
 
 
 def test_the_cursor_waits_for_a_slow_first_request() -> None:

@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.cursor.null_keys import null_key_reasons, position_value
-from engage_sync.cursor.progress import REJECTED, Cursor, digest, encode_cursor, stamp
+from engage_sync.cursor.progress import REJECTED, Cursor, digest, encode_cursors, stamp
 from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
 from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
@@ -50,6 +50,7 @@ class RowBatch:
         self.outcomes: list[RowOutcome] = [None] * num_rows
         self.first_seq = first_seq
         self._all: list[Cursor] | None = None
+        self._keys: list[str] | None = None
         self.superseded = 0  # rows passed for a later row of the same user, and their points
         self.superseded_points = 0
 
@@ -58,12 +59,27 @@ class RowBatch:
             return self._all[k]
         return tuple(position_value(column[k].as_py()) for column in self.columns)
 
+    def key_text(self, k: int) -> str:
+        """Row k's key columns' values, encoded as a cursor; the batch's are encoded together
+        the first time one is asked (an exact journal asks for every row's)."""
+        if self._keys is None:
+            if self._all is not None:
+                keys = [c[1:] for c in self._all]
+            else:  # the key columns only: the cursor column's datetimes are the costly part
+                keys = list(zip(*(_positions(c) for c in self.columns[1:]), strict=True))
+            self._keys = encode_cursors(keys)
+        return self._keys[k]
+
     def cursors(self) -> list[Cursor]:
         if self._all is None:
-            values = [c.to_pylist() if c.null_count == 0 else
-                      [position_value(v) for v in c.to_pylist()] for c in self.columns]
-            self._all = list(zip(*values, strict=True))
+            self._all = list(zip(*(_positions(c) for c in self.columns), strict=True))
         return self._all
+
+
+def _positions(column: Any) -> list[Any]:
+    """A column's values as they stand in cursors (NULL as NULL_KEY)."""
+    values = column.to_pylist()
+    return values if column.null_count == 0 else [position_value(v) for v in values]
 
 
 def key_values(sources: Sequence[RowBatch], seq: int) -> str | None:
@@ -73,7 +89,7 @@ def key_values(sources: Sequence[RowBatch], seq: int) -> str | None:
     for rows in sources:
         k = seq - rows.first_seq
         if 0 <= k < len(rows.outcomes):
-            return encode_cursor(rows.cursor(k)[1:])
+            return rows.key_text(k)
     return None
 
 

@@ -156,13 +156,14 @@ class SendLoop:
             return
         queue, self.queue = self.queue, []
         if self.group == 1:
-            # exact journal: wait for room first, so a pending entry is really in flight
+            # exact journal: wait for room first, so a pending entry is really in flight; the
+            # requests that ended meanwhile are settled in the transaction that journals it
             segment = queue[0]
             users = self._users(segment)
             self._make_room(users)
-            if not self.halted and segment.entry is not None:
-                self.ctx.state.journal_pending(self.ctx.run_id, [segment.entry],
-                                               owner=self.ctx.owner)
+            sending = not self.halted and segment.entry is not None
+            self._save(journal=[segment.entry] if sending and segment.entry else [])
+            if sending:
                 self._send(segment, users)
             return
         self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
@@ -186,7 +187,10 @@ class SendLoop:
         limit = self.ctx.max_in_flight + (2 * self.group if self.group > 1 else 0)
         while self.in_flight and (len(self.in_flight) >= limit
                                   or any(u in self.users for u in users)):
-            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
+            if self.group == 1 and self.unsaved:
+                self._save()  # no acknowledged request waits on the network unsettled
+            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done,
+                          save=self.group > 1)
 
     def _send(self, segment: Outgoing, users: frozenset[str]) -> None:
         batch = segment.batch
@@ -202,7 +206,9 @@ class SendLoop:
             self.users[u] = self.users.get(u, 0) + 1
         self.ctx.counts["requests"] += 1
 
-    def _collect(self, futures: set[Future[Any]]) -> None:
+    def _collect(self, futures: set[Future[Any]], save: bool = True) -> None:
+        """Take the ended requests' settlements; with `save`, settle once a group's worth
+        waits (else the caller settles them before it waits again)."""
         for future in futures:
             segment, users = self.in_flight.pop(future)
             for u in users:
@@ -223,12 +229,16 @@ class SendLoop:
             self.unsaved.append((segment, self._settlement(segment, future)))
             segment.settled = True
             segment.sources = ()  # the batches read may go
-        if len(self.unsaved) >= self.group:
+        if save and len(self.unsaved) >= self.group:
             self._save()
 
-    def _save(self) -> None:
+    def _save(self, journal: Sequence[JournalEntry] = ()) -> None:
+        """Settle what ended and move the progress, and journal `journal` (requests about to
+        be sent), in one transaction."""
         moved = self.progress.advance()
         if not self.unsaved and moved is None:
+            if journal:
+                self.ctx.state.journal_pending(self.ctx.run_id, journal, owner=self.ctx.owner)
             return
         acked = [(item.key, st, digest(item.blob))
                  for segment, _ in self.unsaved if segment.batch is not None
@@ -238,7 +248,7 @@ class SendLoop:
             self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
             acked_rows=acked, acked_fields=self._fields(),
-            points=sum(i.points for i in delivered), owner=self.ctx.owner)
+            points=sum(i.points for i in delivered), owner=self.ctx.owner, pending=journal)
         if self.ctx.on_settled is not None:
             self.ctx.on_settled(delivered,
                                 [i for s, _ in self.unsaved if s.batch for i in s.batch.items])

@@ -23,10 +23,22 @@ from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import request_position
 from engage_sync.state.schema import SETTLED, journal, retries, runs
 
+# built once: a run journals and settles each request (SQLAlchemy keys its compiled-SQL cache
+# on the statement, which costs more than the execution when the statement is new each time)
+_INSERT = journal.insert()
+_SETTLE = (journal.update()
+           .where(journal.c.run_id == sa.bindparam("b_run"),
+                  journal.c.req_no == sa.bindparam("b_req"))
+           .values(state=sa.bindparam("b_state"), synced=sa.bindparam("b_synced"),
+                   failed=sa.bindparam("b_failed"), in_doubt=sa.bindparam("b_doubt"),
+                   reason=sa.bindparam("b_reason")))
+
 
 def insert_pending(conn: Connection, run_id: str, entries: Sequence[JournalEntry]) -> None:
     """Journal requests about to be sent (state `pending`)."""
-    conn.execute(journal.insert(), [
+    if not entries:
+        return
+    conn.execute(_INSERT, [
         {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
          "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
          "synced": 0, "failed": 0, "in_doubt": 0,
@@ -42,12 +54,8 @@ def settle_entries(conn: Connection, run_id: str, settlements: Sequence[Settleme
         return
     assert all(s.state in SETTLED for s in settlements)
     conn.execute(
-        journal.update()
-        .where(journal.c.run_id == run_id, journal.c.req_no == sa.bindparam("b_req"))
-        .values(state=sa.bindparam("b_state"), synced=sa.bindparam("b_synced"),
-                failed=sa.bindparam("b_failed"), in_doubt=sa.bindparam("b_doubt"),
-                reason=sa.bindparam("b_reason")),
-        [{"b_req": s.req_no, "b_state": s.state, "b_synced": s.synced,
+        _SETTLE,
+        [{"b_run": run_id, "b_req": s.req_no, "b_state": s.state, "b_synced": s.synced,
           "b_failed": len(s.failed), "b_doubt": len(s.in_doubt),
           "b_reason": s.reason} for s in settlements])
 

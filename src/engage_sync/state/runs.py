@@ -3,7 +3,7 @@ a run, and the cursor each integration resumes from.
 
 Part of `StateStore` (a mixin using only `self.engine`); the functions taking a `Connection`
 are the pieces the store's multi-table transactions are built from. Invariants:
-- a write fenced on an owner (`fence`) is rolled back unless that owner still holds the run;
+- a write fenced on an owner (`update_run`) is rolled back unless that owner still holds the run;
 - a run's progress and its integration's cursor move together (`move_progress`), to where the
   store's caller says the settled prefix ends (never back: the caller's rule, `cursor.progress`);
 - a run's row counts are written when it closes (`close_run`), from the journal and row errors.
@@ -11,7 +11,8 @@ are the pieces the store's multi-table transactions are built from. Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -27,40 +28,57 @@ from engage_sync.state.records import RunCounts, now
 from engage_sync.state.schema import cursors, runs
 
 
-def fence(conn: Connection, run_id: str, owner: str | None) -> None:
-    """Within a write's transaction: raise LeaseLost (rolling the write back) unless
-    `owner` still owns the run. The row lock it takes orders it with a take-over."""
-    if owner is None:
+def update_run(conn: Connection, run_id: str, owner: str | None = None,
+               values: Mapping[str, Any] | None = None, added: Mapping[str, int] | None = None,
+               ) -> None:
+    """One UPDATE of a run's row: set `values`, add `added` to counting columns, and, if
+    `owner` is given, fence the transaction on it: raise LeaseLost (rolling the write back)
+    unless `owner` still owns the run. Its row lock orders it with a take-over. The statement
+    of each shape is built once (a run makes two of these a request)."""
+    values, added = values or {}, added or {}
+    if owner is None and not values and not added:
         return
-    held = conn.execute(runs.update().where(runs.c.run_id == run_id, runs.c.owner == owner)
-                        .values(owner=owner)).rowcount
-    if held != 1:
+    statement = _run_update(owner is not None, tuple(values), tuple(added))
+    params = {"b_run": run_id, "b_owner": owner,
+              **{f"b_{k}": v for k, v in values.items()},
+              **{f"b_{k}": n for k, n in added.items()}}
+    held = conn.execute(statement, params).rowcount
+    if owner is not None and held != 1:
         raise LeaseLost(f"run {run_id}: another process owns the run now; nothing written")
+
+
+@functools.cache
+def _run_update(fenced: bool, setting: tuple[str, ...], adding: tuple[str, ...]) -> sa.Update:
+    where = [runs.c.run_id == sa.bindparam("b_run")]
+    if fenced:
+        where.append(runs.c.owner == sa.bindparam("b_owner"))
+    columns: dict[str, Any] = {c: sa.bindparam(f"b_{c}") for c in setting}
+    columns |= {c: runs.c[c] + sa.bindparam(f"b_{c}") for c in adding}
+    return runs.update().where(*where).values(columns or {"owner": sa.bindparam("b_owner")})
+
+
+_CURSOR_UPDATE = cursors.update().where(cursors.c.integration == sa.bindparam("b_integration"))
+_CURSOR_INSERT = cursors.insert()
 
 
 def set_cursor(conn: Connection, integration: str, cursor: Sequence[Any]) -> None:
     values = {"cursor": encode_cursor(cursor), "updated_at": now()}
-    done = conn.execute(
-        cursors.update().where(cursors.c.integration == integration).values(**values)
-    )
+    done = conn.execute(_CURSOR_UPDATE, {"b_integration": integration, **values})
     if done.rowcount == 0:
-        conn.execute(cursors.insert().values(integration=integration, **values))
+        conn.execute(_CURSOR_INSERT, {"integration": integration, **values})
+
+
+def progress_values(progress: Sequence[Any]) -> dict[str, Any]:
+    """The run row's columns that say how far it got, for `update_run`."""
+    return {"progress": encode_cursor(progress), "last_timestamp_synced": _iso(progress[0])}
 
 
 def move_progress(conn: Connection, run_id: str, integration: str,
                   progress: Sequence[Any], move_cursor: bool) -> None:
     """Set the run's progress and, if `move_cursor`, the integration's cursor to `progress`."""
-    conn.execute(runs.update().where(runs.c.run_id == run_id).values(
-        progress=encode_cursor(progress), last_timestamp_synced=_iso(progress[0]),
-    ))
+    update_run(conn, run_id, values=progress_values(progress))
     if move_cursor:
         set_cursor(conn, integration, progress)
-
-
-def add_to_run(conn: Connection, run_id: str, **added: int) -> None:
-    """Add to counting columns of a run's row (e.g. `requests_sent`, `data_points_sent`)."""
-    conn.execute(runs.update().where(runs.c.run_id == run_id).values(
-        {column: runs.c[column] + n for column, n in added.items()}))
 
 
 def close_run(conn: Connection, run_id: str, job_status: str, message: str | None,
@@ -195,7 +213,8 @@ class RunRows:
         if not unchanged and not saved:
             return
         with self.engine.begin() as conn:
-            add_to_run(conn, run_id, rows_unchanged=unchanged, data_points_saved=saved)
+            update_run(conn, run_id, added={"rows_unchanged": unchanged,
+                                            "data_points_saved": saved})
 
     def set_message(self, run_id: str, message: str) -> None:
         """Say why on a finished run's record (an alert), leaving its times and counts."""

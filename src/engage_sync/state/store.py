@@ -45,7 +45,7 @@ from engage_sync.state.row_errors import (
     RowErrors,
     insert_errors,
 )
-from engage_sync.state.runs import RunRows, add_to_run, close_run, fence, move_progress
+from engage_sync.state.runs import RunRows, close_run, progress_values, set_cursor, update_run
 from engage_sync.state.schema import sqlite_pragmas
 from engage_sync.state.source_schemas import SourceSchemas
 from engage_sync.state.writebacks import Writebacks
@@ -77,9 +77,8 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
         if not entries:
             return
         with self.engine.begin() as conn:
-            fence(conn, run_id, owner)
+            update_run(conn, run_id, owner, added={"requests_sent": len(entries)})
             journal.insert_pending(conn, run_id, entries)
-            add_to_run(conn, run_id, requests_sent=len(entries))
 
     def settle(
         self,
@@ -92,16 +91,22 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
         acked_fields: Sequence[tuple[str, bytes]] = (),
         points: int = 0,
         owner: str | None = None,
+        pending: Sequence[JournalEntry] = (),
     ) -> None:
         """Settle journal entries, record their failed / in-doubt rows, the field digests and
         data points of the objects the service acknowledged (`acked_fields`: (user, encoded
         delta), `points`) and, if given, move the run's progress and the integration cursor,
-        all in one transaction, fenced on `owner` if given."""
+        all in one transaction, fenced on `owner` if given; and journal `pending`, the
+        requests about to be sent, in the same transaction (as `journal_pending`)."""
+        added = {"data_points_sent": points} if points else {}
+        if pending:
+            added["requests_sent"] = len(pending)
         with self.engine.begin() as conn:
-            fence(conn, run_id, owner)
+            update_run(conn, run_id, owner,
+                       values=progress_values(progress) if progress is not None else None,
+                       added=added)
+            journal.insert_pending(conn, run_id, pending)
             field_record.log(conn, integration, acked_fields)
-            if points:
-                add_to_run(conn, run_id, data_points_sent=points)
             journal.settle_entries(conn, run_id, settlements)
             values = {p: v for s in settlements for p, v in s.key_values.items()}
             for kind, rows in (("failed", [r for s in settlements for r in s.failed]),
@@ -110,8 +115,8 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
                                ("duplicate", [r for s in settlements for r in s.duplicated])):
                 insert_errors(conn, run_id, integration, kind, rows, values)
             insert_acks(conn, integration, acked_rows)
-            if progress is not None:
-                move_progress(conn, run_id, integration, progress, move_cursor)
+            if progress is not None and move_cursor:
+                set_cursor(conn, integration, progress)
 
     def drop_pending(self, run_id: str, integration: str, name_duplicates: bool = False) -> int:
         """Forget entries left pending by a crash whose rows will be sent again; with
@@ -134,9 +139,9 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
         if not req_nos:
             return
         with self.engine.begin() as conn:
-            fence(conn, run_id, owner)
+            update_run(conn, run_id, owner)
             gone = journal.delete_pending(conn, run_id, req_nos)
-            add_to_run(conn, run_id, requests_sent=-gone)
+            update_run(conn, run_id, added={"requests_sent": -gone})
 
     def mark_pending_in_doubt(self, run_id: str, integration: str) -> set[int]:
         """Entries left pending by a crash, not to be sent again: their rows are in doubt, and
