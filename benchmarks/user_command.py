@@ -14,6 +14,8 @@ Prefect home each time, and reports:
 - the peak RSS of every process of the command's tree (the CLI, a temporary Prefect server),
   sampled from /proc every 50 ms, and their sum at its peak;
 - requests the sandbox received against the minimum ceil(N / 75);
+- CPU seconds (user + system) of the command's processes, each waited for by its parent
+  (the CLI, a field helper, a temporary Prefect server; not a running server's);
 - with --profile: where the time goes, from py-spy samples of every thread of the CLI
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
@@ -31,6 +33,7 @@ import collections
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -194,11 +197,13 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
                "--output", str(profile), "--", *cmd]
     httpx.post(f"{base_url}/_sandbox/reset", timeout=30).raise_for_status()
     started = time.perf_counter()
+    cpu_before = _children_cpu()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sampler = TreeRss(proc.pid)
     sampler.start()
     out, err = proc.communicate()
     wall = time.perf_counter() - started
+    cpu = _children_cpu() - cpu_before
     sampler.done.set()
     sampler.join()
     if proc.returncode != 0:
@@ -212,7 +217,16 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             "peak_rss_sum_mb": round(sampler.peak_sum, 1),
             "requests": counters.get("requests", {}).get("/users/track", counters.get(
                 "requests_total")), "stderr_lines": len(err.splitlines()),
-            "job_status": record["job_status"]}
+            "job_status": record["job_status"],
+            # the command's processes, each waited for by its parent (the CLI, a field helper,
+            # a temporary Prefect server; py-spy too when profiling): user + system seconds
+            "cpu_s": round(cpu, 1), "cpu_s_per_million_rows": round(
+                cpu * 1e6 / max(record["rows_read"], 1), 1)}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _last_json(out: bytes) -> dict[str, Any]:
@@ -296,7 +310,8 @@ def main() -> int:
         print(f"{path}: median of {len(rs)}: {statistics.median(r['rows_per_s'] for r in rs):,.0f}"
               f" rows/s, wall {statistics.median(r['wall_s'] for r in rs):.1f} s, peak RSS sum "
               f"{statistics.median(r['peak_rss_sum_mb'] for r in rs):.0f} MB "
-              f"({rs[-1]['peak_rss_mb']}), requests {rs[-1]['requests']} vs minimum {minimum}")
+              f"({rs[-1]['peak_rss_mb']}), CPU {statistics.median(r['cpu_s'] for r in rs):.1f} s, "
+              f"requests {rs[-1]['requests']} vs minimum {minimum}")
     if args.json:
         print(json.dumps(results))
     return 0
