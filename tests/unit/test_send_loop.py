@@ -124,7 +124,9 @@ def test_an_exact_journal_settles_a_request_with_the_next_ones_journal_entry() -
     assert counts["synced"] == 30
 
 
-def test_no_acknowledged_request_waits_unsettled_while_the_loop_waits_again() -> None:
+def three_sent_the_first_held() -> tuple[FakeState, SendLoop, threading.Event, float]:
+    """Requests 1-3 of users u1-u3 sent, request 1 held until the returned gate opens; and a
+    deadline for the test's waits."""
     state = FakeState()
     deliverer = FakeDeliverer(state)
     deliverer.gates["r1"] = gate = threading.Event()
@@ -135,6 +137,11 @@ def test_no_acknowledged_request_waits_unsettled_while_the_loop_waits_again() ->
     while len(deliverer.sent) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    return state, sender, gate, deadline
+
+
+def test_no_acknowledged_request_waits_unsettled_while_the_loop_waits_again() -> None:
+    state, sender, gate, deadline = three_sent_the_first_held()
     waiting = threading.Thread(target=sender.submit, args=(segment(4, "u1"), 4))
     waiting.start()  # request 4 shares request 1's user: it waits for request 1
     while len(state.settled) < 2:  # requests 2 and 3 are settled while it waits
@@ -149,16 +156,7 @@ def test_no_acknowledged_request_waits_unsettled_while_the_loop_waits_again() ->
 
 
 def test_the_cursor_waits_for_a_slow_first_request() -> None:
-    state = FakeState()
-    deliverer = FakeDeliverer(state)
-    deliverer.gates["r1"] = gate = threading.Event()
-    sender, _ = loop(state, deliverer)
-    for k in (1, 2, 3):
-        sender.submit(segment(k, f"u{k}"), k)
-    deadline = time.monotonic() + 5
-    while len(deliverer.sent) < 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    state, sender, gate, _ = three_sent_the_first_held()
     sender.submit(segment(4, "u4"), 4)  # waits for room: collects 2 and 3 meanwhile
     assert all(p < (1,) for p in state.progress)  # requests 2, 3 done; request 1 is not
     gate.set()
