@@ -3,7 +3,8 @@ server, as a run without PREFECT_API_URL did before issue 23 and does with
 ENGAGE_SYNC_PREFECT_SERVER=temporary; `prefect-background`: without PREFECT_API_URL, the
 first run starting a server in the background that later runs use, as `engage-sync run` does
 now; `prefect-served`: on a server already running,
-as a deployment's run is) and `engage-sync run FILE --no-prefect`, each as its own process.
+as a deployment's run is) and `engage-sync run FILE --no-prefect`, each as its own process;
+`dlt`: the same attributes load written with dlt (`dlt_track.py`, run by `--dlt-python`).
 
 Per case it builds (or reuses) a DuckDB warehouse of N rows, starts the lean sandbox on
 127.0.0.1 (with the service's real /users/track limit, or none with --no-rate-limits), then
@@ -20,7 +21,7 @@ Prefect home each time, and reports:
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
-        [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect]
+        [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
         [--no-rate-limits]
         [--diff off|fields] [--profile]
         [--workdir DIR] [--json]
@@ -172,7 +173,8 @@ def _name(pid: int) -> str:
 
 
 def one_run(path: str, integration: Path, workdir: Path, base_url: str,
-            profile: Path | None, served: tuple[str, Path] | None = None) -> dict[str, Any]:
+            profile: Path | None, served: tuple[str, Path] | None = None,
+            dlt: tuple[str, Path] | None = None) -> dict[str, Any]:
     """One command, timed whole. `served`: (API URL, PREFECT_HOME) of a running Prefect
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
@@ -192,6 +194,10 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     cmd = [str(BIN / "engage-sync"), "run", str(integration)]
     if path == "no-prefect":
         cmd.append("--no-prefect")
+    if path == "dlt":  # the same load written with dlt, in its own environment
+        assert dlt is not None
+        cmd = [dlt[0], str(Path(__file__).with_name("dlt_track.py")), "--warehouse",
+               str(dlt[1]), "--base-url", base_url, "--workdir", str(run_dir / "dlt")]
     if profile is not None:
         cmd = [str(BIN / "py-spy"), "record", "--format", "raw", "--rate", "50", "--threads",
                "--output", str(profile), "--", *cmd]
@@ -267,6 +273,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="py-spy the last run of each path")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-user-bench"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dlt-python", default=".dlt-venv/bin/python",
+                   help="the `dlt` path's interpreter, with dlt installed (see dlt_track.py)")
     args = p.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -292,7 +300,8 @@ def main() -> int:
             for path in paths:
                 prof = workdir / f"{path}.prof.txt" if args.profile and k == args.runs - 1 \
                     else None
-                r = one_run(path, integration, workdir, base_url, prof, served)
+                r = one_run(path, integration, workdir, base_url, prof, served,
+                            (args.dlt_python, warehouse))
                 if prof is not None:
                     r["breakdown_pct"] = breakdown(prof)
                 results.append(r)
