@@ -161,9 +161,9 @@ class SendLoop:
             segment = queue[0]
             users = self._users(segment)
             self._make_room(users)
-            sending = not self.halted and segment.entry is not None
-            self._save(journal=[segment.entry] if sending and segment.entry else [])
-            if sending:
+            entry = None if self.halted else segment.entry
+            self._save(pending=[entry] if entry is not None else [])
+            if entry is not None:
                 self._send(segment, users)
             return
         self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
@@ -232,13 +232,13 @@ class SendLoop:
         if save and len(self.unsaved) >= self.group:
             self._save()
 
-    def _save(self, journal: Sequence[JournalEntry] = ()) -> None:
-        """Settle what ended and move the progress, and journal `journal` (requests about to
+    def _save(self, pending: Sequence[JournalEntry] = ()) -> None:
+        """Settle what ended and move the progress, and journal `pending` (requests about to
         be sent), in one transaction."""
         moved = self.progress.advance()
         if not self.unsaved and moved is None:
-            if journal:
-                self.ctx.state.journal_pending(self.ctx.run_id, journal, owner=self.ctx.owner)
+            if pending:
+                self.ctx.state.journal_pending(self.ctx.run_id, pending, owner=self.ctx.owner)
             return
         acked = [(item.key, st, digest(item.blob))
                  for segment, _ in self.unsaved if segment.batch is not None
@@ -248,7 +248,7 @@ class SendLoop:
             self.ctx.run_id, self.ctx.integration, [s for _, s in self.unsaved],
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
             acked_rows=acked, acked_fields=self._fields(),
-            points=sum(i.points for i in delivered), owner=self.ctx.owner, pending=journal)
+            points=sum(i.points for i in delivered), owner=self.ctx.owner, pending=pending)
         if self.ctx.on_settled is not None:
             self.ctx.on_settled(delivered,
                                 [i for s, _ in self.unsaved if s.batch for i in s.batch.items])

@@ -34,7 +34,7 @@ def update_run(conn: Connection, run_id: str, owner: str | None = None,
     """One UPDATE of a run's row: set `values`, add `added` to counting columns, and, if
     `owner` is given, fence the transaction on it: raise LeaseLost (rolling the write back)
     unless `owner` still owns the run. Its row lock orders it with a take-over. The statement
-    of each shape is built once (a run makes two of these a request)."""
+    of each shape is built once (a run makes one of these for each request or group)."""
     values, added = values or {}, added or {}
     if owner is None and not values and not added:
         return
