@@ -5,10 +5,11 @@ diff does not change what is sent: it only computes every attribute's digest and
 once the service acknowledged the object. That work (≈ 8 µs a user of 10 attributes: the
 digests, then the log and its sort at the fold) would nearly double the CPU of the thread that
 reads and packs. A helper process does it on another core: after each settle the run hands it
-the objects the service acknowledged, in settle order; the helper digests them and keeps each
-user's latest record in a private SQLite file keyed by user (so nothing is left to sort); at
-the run's end, after the run folded its own log, the helper writes its records over the
-integration's record in one transaction.
+the objects the service acknowledged, in settle order; the helper digests them and appends
+them to a private SQLite file (appending needs only a few pages of cache, where keeping each
+user's record in key order as it came needed the whole table's); at the run's end, after the
+run folded its own log, the helper writes them over the integration's record in one
+transaction, sorted by user in SQLite as they are read (a user's last record wins).
 
 Invariants:
 - started only by an unpartitioned run on an empty record whose state database another
@@ -36,20 +37,23 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-from sqlalchemy.engine import Engine, make_url
 
 from engage_sync.errors import ConfigError, SyncError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 AFTER = 20_000
 """Items a first diffed run digests itself before it starts the helper (a process costs about
 half a second of start-up on another core, which a small run would wait for at its end)."""
 ENV = "ENGAGE_SYNC_FIELD_HELPER_AFTER"
 QUEUED = 64  # settles' worth of objects waiting for the pipe before `hand` blocks
-CACHE_KIB = 131_072  # the helper's SQLite page cache (1M users' records are ≈ 140 MB)
-TABLE = "records"
+CACHE_KIB = 8_192  # the helper's SQLite page cache while it appends (its memory: ≈ 1/16 of
+# keeping 1M users' records keyed as they come, ≈ 140 MB)
+LOG = "log"  # records as they come, in settle order (rowid)
 NICE = 19  # the helper yields a busy core to the run (the run's end waits for what it left)
 FINISH = "finish"
 _LEN = 4
@@ -83,6 +87,8 @@ class FieldHelper:
     (so a settle waits for the helper only when `QUEUED` settles are waiting)."""
 
     def __init__(self, integration: str, state_url: str) -> None:
+        from sqlalchemy.engine import make_url
+
         self.integration = integration
         self._secret = make_url(state_url).password
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `stop`
@@ -214,12 +220,11 @@ def records(users: Sequence[str], objs: Sequence[dict[str, Any]]) -> list[tuple[
 
 def _keep(path: str) -> sqlite3.Connection:
     """The helper's private file: no journal and no syncs (it is thrown away on any failure),
-    a bounded cache, one row per user in key order."""
+    a small cache, records appended in the order they came."""
     db = sqlite3.connect(path, isolation_level=None)
     for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{CACHE_KIB}"):
         db.execute(f"PRAGMA {pragma}")
-    db.execute(f"CREATE TABLE {TABLE} (user_key BLOB PRIMARY KEY, digests BLOB NOT NULL) "
-               "WITHOUT ROWID")
+    db.execute(f"CREATE TABLE {LOG} (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
     return db
 
 
@@ -233,12 +238,9 @@ def main() -> int:
 
 
 def _serve() -> int:
-    from engage_sync.state.store import StateStore
-
     os.nice(NICE)
     frames = _frames(sys.stdin.buffer)
     header = next(frames)
-    state = StateStore.from_url(header["url"])  # opened now: a bad URL fails the run early
     fd, path = tempfile.mkstemp(prefix="engage-fields-", suffix=".db")
     os.close(fd)
     try:
@@ -249,15 +251,26 @@ def _serve() -> int:
                 if frame == FINISH:
                     db.execute("COMMIT")
                     db.close()
-                    state.store_field_file(header["integration"], path, TABLE)
+                    _store(header["url"], header["integration"], path)
                     return 0
-                db.executemany(f"INSERT OR REPLACE INTO {TABLE} VALUES (?, ?)",
-                               records(*frame))
+                db.executemany(f"INSERT INTO {LOG} VALUES (?, ?)", records(*frame))
         finally:
             db.close()
         return 0  # the input ended without `finish`: the run stopped, nothing is recorded
     finally:
         os.unlink(path)
+
+
+def _store(url: str, integration: str, path: str) -> None:
+    """The records kept in `path` over the integration's record. The state database is
+    opened only now: until its end the helper holds no SQLAlchemy (≈ 60 MB less for the
+    whole run; the run itself has the same database open, so the URL is known to work)."""
+    from engage_sync.state.store import StateStore
+
+    state = StateStore.from_url(url)
+    try:
+        state.store_field_file(integration, path, LOG)
+    finally:
         state.engine.dispose()
 
 

@@ -188,11 +188,12 @@ def store(conn: Connection, integration: str, records: Iterable[tuple[bytes, byt
 
 
 def store_attached(conn: Connection, integration: str, schema: str, table: str) -> int:
-    """SQLite: `store` from a table (user_key primary key, digests) of an attached database,
-    in one statement (in its key order: nothing to sort)."""
+    """SQLite: `store` from a table (user_key, digests, in the order they were acknowledged)
+    of an attached database, in one statement: sorted by key, then by rowid so that the last
+    of a user's records is written last."""
     return int(conn.exec_driver_sql(
         f"INSERT INTO {fields.name} (integration, user_key, digests) SELECT ?, user_key, "
-        f"digests FROM {schema}.{table} ORDER BY user_key "
+        f"digests FROM {schema}.{table} WHERE true ORDER BY user_key, rowid "
         "ON CONFLICT (integration, user_key) DO UPDATE SET digests = excluded.digests",
         (integration,)).rowcount)
 
@@ -237,9 +238,10 @@ class FieldRecord:
             return fold(conn, integration)
 
     def store_field_file(self, integration: str, path: str, table: str) -> int:
-        """Write the whole records a helper kept in the SQLite file `path` (`table`: user_key
-        primary key, digests) over the integration's record, in one transaction (on SQLite,
-        one statement: the file is attached); returns how many."""
+        """Write the whole records a helper kept in the SQLite file `path` (`table`: user_key,
+        digests, appended in the order they were acknowledged: of a user's records the last
+        wins) over the integration's record, in one transaction (on SQLite, one statement:
+        the file is attached); returns how many were written."""
         if self.engine.dialect.name == "sqlite":
             with self.engine.connect() as conn:  # ATTACH and DETACH: outside a transaction
                 conn.exec_driver_sql("ATTACH DATABASE ? AS helper", (path,))
@@ -256,7 +258,7 @@ class FieldRecord:
         try:
             with self.engine.begin() as conn:
                 return store(conn, integration, source.execute(
-                    f"SELECT user_key, digests FROM {table} ORDER BY user_key"))
+                    f"SELECT user_key, digests FROM {table} ORDER BY user_key, rowid"))
         finally:
             source.close()
 
