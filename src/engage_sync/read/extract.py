@@ -8,8 +8,10 @@ Invariants:
   `query` from the config is wrapped as a subquery;
 - column names in the batches are spelled as in the config, whatever the case in the source
   (PostgreSQL folds unquoted names to lower case, Snowflake to upper case);
-- memory is bounded by `batch_rows`: DuckDB streams Arrow natively, PostgreSQL through ADBC
-  (`extract_adbc`) when installed, other dialects use a server-side cursor (`stream_results`).
+- memory is bounded by `batch_rows`: DuckDB streams Arrow natively (a window of more than
+  `duckdb_slices.SLICE_ROWS` rows in slices of its cursor, each sorted on its own),
+  PostgreSQL through ADBC (`extract_adbc`) when installed, other dialects use a server-side
+  cursor (`stream_results`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window, align
 from engage_sync.errors import SourceError
 from engage_sync.read import adbc as extract_adbc
-from engage_sync.read import key_digest, snowflake_arrow, warehouse_hints
+from engage_sync.read import duckdb_slices, key_digest, snowflake_arrow, warehouse_hints
 from engage_sync.read.driver_rows import rows_to_batch
 
 
@@ -237,7 +239,11 @@ def stream_batches(
             resolved = resolve_columns(conn, spec)
             query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
             if engine.dialect.name == "duckdb":
-                yield from _duckdb_batches(conn, query, batch_rows)
+                # rows that depend on each other (LATER_ROWS) are read in one query
+                parts = [query] if spec.superseded_by else duckdb_slices.slices(
+                    conn, query, spec.cursor_column)
+                for part in parts:
+                    yield from _duckdb_batches(conn, part, batch_rows)
             elif _arrow_native(engine, spec):
                 yield from _adbc_batches(engine, spec, query, batch_rows)
             elif engine.dialect.name == "snowflake" and spec.reader != "sqlalchemy":

@@ -1,0 +1,108 @@
+"""A large DuckDB window read in slices of its cursor column (`read.duckdb_slices`) gives the
+same rows in the same order as the whole window in one query: ties on UPDATED_AT that span
+a cut, NULL cursors, a window that starts mid-timestamp, a backfill's bounds; a window whose rows
+depend on each other (LATER_ROWS) is read whole."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync.cursor.window import Window
+from engage_sync.read import duckdb_slices, extract
+from engage_sync.read.extract import SourceSpec, stream_batches
+
+T = datetime(2026, 5, 1, 12, 0)
+ROWS = 1_000
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(f"duckdb:///{tmp_path / 'slices.duckdb'}")
+    order = list(range(ROWS))
+    random.Random(7).shuffle(order)  # stored out of order: the sort is real
+    with engine.begin() as conn:
+        conn.exec_driver_sql('CREATE TABLE src ("UPDATED_AT" TIMESTAMP, "KEY" VARCHAR, '
+                             '"USER" VARCHAR, "PAYLOAD" VARCHAR)')
+        conn.execute(sa.text("INSERT INTO src VALUES (:t, :k, :u, :p)"), [
+            {"t": None if i % 97 == 0 else T + timedelta(seconds=i // 40),  # 40-row ties
+             "k": f"k{i:05d}", "u": f"u{i % 50}", "p": f'{{"n": {i}}}'} for i in order])
+    yield engine
+    engine.dispose()
+
+
+SPEC = SourceSpec(integration="slices", table="src", schema=None, query=None,
+                  cursor_column="UPDATED_AT", key_columns=("KEY",),
+                  columns=("UPDATED_AT", "KEY", "USER", "PAYLOAD"))
+
+
+def _read(engine: sa.Engine, spec: SourceSpec, window: Window) -> list[tuple[Any, ...]]:
+    return [tuple(row.values()) for batch in stream_batches(engine, spec, window, 64)
+            for row in batch.to_pylist()]
+
+
+@pytest.fixture
+def queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Slices of 100 rows; counts the queries each read sends to DuckDB."""
+    monkeypatch.setattr(duckdb_slices, "SLICE_ROWS", 100)
+    sent: list[int] = []
+    whole = extract._duckdb_batches
+
+    def counted(*args: Any) -> Any:
+        sent.append(1)
+        return whole(*args)
+
+    monkeypatch.setattr(extract, "_duckdb_batches", counted)
+    return sent
+
+
+WINDOWS = {
+    "everything": Window(start=None, signpost=None),
+    "from mid-timestamp, to a signpost": Window(start=(T + timedelta(seconds=3), "k00130"),
+                                                signpost=T + timedelta(seconds=20)),
+    "a backfill's bounds": Window(start=None, signpost=T + timedelta(days=1),
+                                  floor=T + timedelta(seconds=5),
+                                  before=T + timedelta(seconds=17)),
+}
+
+
+@pytest.mark.parametrize("name", list(WINDOWS))
+def test_a_sliced_window_reads_the_rows_of_the_whole_query_in_its_order(
+        engine: sa.Engine, queries: list[int], name: str) -> None:
+    window = WINDOWS[name]
+    sliced = _read(engine, SPEC, window)
+    assert len(queries) > 3  # it was cut
+    with engine.connect() as conn:
+        query = extract.build_query(SPEC, extract.resolve_columns(conn, SPEC), window)
+        whole = [tuple(r) for r in conn.execute(query)]
+    assert sliced == whole and len(whole) > 300
+    assert len({r[1] for r in sliced}) == len(sliced)  # each row once
+    if window.signpost is None:  # NULL cursors come last, as the whole query sorts them
+        assert sum(r[0] is None for r in sliced) == 11 and sliced[-1][0] is None
+
+
+def test_a_window_whose_rows_count_each_other_is_read_in_one_query(
+        engine: sa.Engine, queries: list[int]) -> None:
+    spec = replace(SPEC, superseded_by=("USER",))
+    rows = _read(engine, spec, Window(start=None, signpost=T + timedelta(days=1)))
+    assert len(queries) == 1 and len(rows) == ROWS - 11
+    latest = [r for r in rows if r[-1] == 0]
+    assert len(latest) == 50  # one latest row per user over the whole window
+
+
+def test_a_small_window_is_one_query(engine: sa.Engine, queries: list[int]) -> None:
+    rows = _read(engine, SPEC, Window(start=None, signpost=T + timedelta(seconds=1)))
+    assert len(rows) == 80 - 1 and len(queries) == 1  # i=0 has a NULL cursor
+
+
+def test_cuts_are_distinct_values_that_split_the_sample_in_parts() -> None:
+    assert duckdb_slices.cuts(list(range(100)), 4) == [25, 50, 75]
+    assert duckdb_slices.cuts([1] * 50 + [2] * 50, 4) == [1, 2]  # ties: fewer, distinct cuts
+    assert duckdb_slices.cuts([5], 3) == [5]
