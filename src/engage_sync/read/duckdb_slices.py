@@ -29,7 +29,8 @@ SLICE_ROWS = 250_000
 """Rows DuckDB sorts at once, at most about. Reading 1,000,000 rows of ≈ 90 bytes peaked at
 302 MB in one sort, 292 in slices of 500,000, 253 in slices of 250,000 and 235 of 125,000; a
 slice of a table not stored in cursor order costs a scan of the table (20,000,000 shuffled
-rows: 11.5 s in slices of 1,000,000, where the whole sort ran out of memory)."""
+rows: 17.9 s in slices of 250,000, 11.4 s in slices of 1,000,000, where the whole sort ran out
+of memory; either peaked at 311-313 MB, DuckDB's buffers full of the table's blocks)."""
 SAMPLE_ROWS = 20_000
 """Cursor values sampled to place the cuts (slices come within a few % of their size)."""
 
