@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +118,44 @@ def test_a_window_read_to_its_end_gives_duckdb_back_its_memory(engine: sa.Engine
     assert rest == ROWS - 64
     assert engine.pool.checkedout() == 0 and engine.pool.checkedin() == 0  # type: ignore[attr-defined]
     assert len(_read(engine, SPEC, Window(start=None, signpost=None))) == ROWS  # opens again
+
+
+def test_cuts_in_the_hour_the_clocks_go_back_keep_their_order(
+        tmp_path: Path, queries: list[int]) -> None:
+    """TIMESTAMPTZ comes back in the session's zone: the repeated hour of 2 November 2025 in
+    New York must be cut by instant, not by wall-clock time (else slices overlap: rows twice,
+    out of order)."""
+    engine = sa.create_engine(f"duckdb:///{tmp_path / 'dst.duckdb'}")
+    sa.event.listen(engine, "connect", lambda dbapi, _record: dbapi.execute(
+        "SET TimeZone = 'America/New_York'"))
+    start = datetime(2025, 11, 2, 5, 0, tzinfo=UTC)  # 01:00 EDT; 06:00Z is 01:00 EST
+    shuffle = random.Random(3)
+    with engine.begin() as conn:
+        conn.exec_driver_sql('CREATE TABLE src ("UPDATED_AT" TIMESTAMPTZ, "KEY" VARCHAR, '
+                             '"USER" VARCHAR, "PAYLOAD" VARCHAR)')
+        conn.execute(sa.text("INSERT INTO src VALUES (:t, :k, 'u', '{}')"), [
+            {"t": start + timedelta(seconds=shuffle.randrange(7200)), "k": f"k{i:05d}"}
+            for i in range(ROWS)])
+    try:
+        rows = _read(engine, SPEC, Window(start=None, signpost=start + timedelta(days=1)))
+    finally:
+        engine.dispose()
+    assert len(queries) > 3
+    assert len(rows) == ROWS and len({r[1] for r in rows}) == ROWS
+    instants = [r[0].astimezone(UTC) for r in rows]  # one zone's datetimes: by wall clock
+    assert instants == sorted(instants)
+
+
+def test_a_window_whose_sample_holds_no_cursor_value_is_read_whole(
+        engine: sa.Engine, queries: list[int]) -> None:
+    """Only NULL cursors (no signpost keeps them): nothing to cut at, one query."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql('UPDATE src SET "UPDATED_AT" = NULL')
+    rows = _read(engine, SPEC, Window(start=None, signpost=None))
+    assert len(rows) == ROWS and len(queries) == 1
+
+
+def test_a_configured_query_is_read_in_one_query(engine: sa.Engine, queries: list[int]) -> None:
+    spec = replace(SPEC, table=None, query='SELECT * FROM src WHERE "KEY" < \'k00900\'')
+    rows = _read(engine, spec, Window(start=None, signpost=T + timedelta(days=1)))
+    assert len(rows) == 900 - 10 and len(queries) == 1  # 10 of the first 900 have no cursor

@@ -76,8 +76,9 @@ def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.En
         if duckdb:
             duckdb_turns.take_turns(engine)
         if duckdb and "memory_limit" not in url:
-            # DuckDB sorts the whole window before the first batch; a memory limit makes it
-            # spill to disk instead, which keeps the sync's memory flat with the row count.
+            # DuckDB sorts a window (or each slice of a large one, `duckdb_slices`) before
+            # its first batch; a memory limit makes it spill to disk instead, which keeps
+            # the sync's memory flat with the row count.
             # SET (not connect-time config) so other connections to the file stay compatible.
             sa.event.listen(engine, "connect", _limit_duckdb_memory)
         if engine.dialect.name == "sqlite":  # digests of payload key columns (key_digest)

@@ -13,13 +13,16 @@ Invariants:
   exactly one slice, rows tied on a cursor value share a slice, and the slices read one after
   the other give the rows in the order of the whole query;
 - a query whose rows depend on each other (a window function over the window, as
-  `LATER_ROWS` is) must not be sliced: the caller reads it whole;
+  `LATER_ROWS` is), or a configured SQL `query` (run once per slice, it might not give the
+  same rows each time), must not be sliced: the caller reads it whole;
+- cut values are ordered as the warehouse orders them (aware datetimes by their instant);
 - a window of at most `SLICE_ROWS` rows is read as one query (one extra COUNT).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,7 +42,7 @@ def slices(conn: Connection, query: sa.Select[Any], cursor: str,
            slice_rows: int | None = None) -> Iterator[sa.Select[Any]]:
     """The window's query (ordered, its cursor column selected as `cursor`) as the queries of
     its slices, in order: the query itself when the window holds at most `slice_rows` rows
-    (default `SLICE_ROWS`)."""
+    (default `SLICE_ROWS`), or when its sample holds no cursor value to cut at."""
     slice_rows = slice_rows or SLICE_ROWS
     window = query.order_by(None).subquery("engage_window")
     # fetched to the end: DuckDB runs nothing else on a connection with a result open
@@ -47,10 +50,21 @@ def slices(conn: Connection, query: sa.Select[Any], cursor: str,
     if rows <= slice_rows:
         yield query
         return
-    sample = sa.select(window.c[cursor]).select_from(window).where(
-        window.c[cursor].is_not(None)).suffix_with(f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS)")
-    values = sorted(v for (v,) in conn.execute(sample))
-    yield from sliced(query, cursor, cuts(values, -(-rows // slice_rows)))
+    valued = sa.select(window.c[cursor].label("v")).where(window.c[cursor].is_not(None)
+                                                           ).subquery("engage_valued")
+    sample = sa.select(valued.c.v).suffix_with(f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS)")
+    values = sorted(instant(v) for (v,) in conn.execute(sample))
+    bounds = cuts(values, -(-rows // slice_rows)) if values else []
+    yield from sliced(query, cursor, bounds)
+
+
+def instant(value: Any) -> Any:
+    """A sampled cursor value as it must be ordered: an aware datetime in UTC (DuckDB gives
+    TIMESTAMPTZ in the session's zone, and Python orders two datetimes of one zone by their
+    wall-clock time, which repeats an hour when the clocks go back)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC)
+    return value
 
 
 def cuts(values: list[Any], count: int) -> list[Any]:

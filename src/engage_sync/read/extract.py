@@ -245,9 +245,11 @@ def stream_batches(
             resolved = resolve_columns(conn, spec)
             query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
             if engine.dialect.name == "duckdb":
-                # rows that depend on each other (LATER_ROWS) are read in one query
-                parts = [query] if spec.superseded_by else duckdb_slices.slices(
-                    conn, query, spec.cursor_column)
+                # rows that depend on each other (LATER_ROWS), or a SQL query of the
+                # config's (it might not give the same rows twice), are read in one query
+                whole = spec.superseded_by or spec.query is not None
+                parts = [query] if whole else duckdb_slices.slices(conn, query,
+                                                                   spec.cursor_column)
                 for part in parts:
                     yield from _duckdb_batches(conn, part, batch_rows)
             elif _arrow_native(engine, spec):
@@ -258,7 +260,8 @@ def stream_batches(
                 yield from _generic_batches(conn, query, spec.names, batch_rows)
     except sa.exc.SQLAlchemyError as exc:
         raise _read_failed(engine, spec, exc) from exc
-    if engine.dialect.name == "duckdb" and engine.url.database not in (None, "", ":memory:"):
+    if engine.dialect.name == "duckdb" and not (engine.url.database or ":memory:"
+                                                ).startswith(":memory:"):
         # the window is read: DuckDB's buffers (≈ 90 MB at 1M rows) go back now, not at the
         # run's end, while the run settles, folds and its field helper writes; a later read
         # opens the file again
