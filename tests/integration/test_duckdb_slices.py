@@ -159,3 +159,9 @@ def test_a_configured_query_is_read_in_one_query(engine: sa.Engine, queries: lis
     spec = replace(SPEC, table=None, query='SELECT * FROM src WHERE "KEY" < \'k00900\'')
     rows = _read(engine, spec, Window(start=None, signpost=T + timedelta(days=1)))
     assert len(rows) == 900 - 10 and len(queries) == 1  # 10 of the first 900 have no cursor
+
+
+def test_slices_hold_slice_rows_each_but_are_at_most_max_slices() -> None:
+    assert duckdb_slices.slice_count(1_000_000, 250_000) == 4
+    assert duckdb_slices.slice_count(1_000_001, 250_000) == 5
+    assert duckdb_slices.slice_count(100_000_000, 250_000) == duckdb_slices.MAX_SLICES == 40

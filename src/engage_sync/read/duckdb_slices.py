@@ -32,8 +32,12 @@ SLICE_ROWS = 250_000
 """Rows DuckDB sorts at once, at most about. Reading 1,000,000 rows of ≈ 90 bytes peaked at
 302 MB in one sort, 292 in slices of 500,000, 253 in slices of 250,000 and 235 of 125,000; a
 slice of a table not stored in cursor order costs a scan of the table (20,000,000 shuffled
-rows: 17.9 s in slices of 250,000, 11.4 s in slices of 1,000,000, where the whole sort ran out
-of memory; either peaked at 311-313 MB, DuckDB's buffers full of the table's blocks)."""
+rows: 17.9 s in 80 slices of 250,000, 11.8 s in 40 of 500,000 (`MAX_SLICES`), 11.4 s in 20 of
+1,000,000, where the whole sort ran out of memory; each peaked at 307-313 MB, DuckDB's buffers
+full of the table's blocks)."""
+MAX_SLICES = 40
+"""At most this many slices, so a huge window stored out of cursor order is scanned at most 40
+times (100M rows: slices of 2.5M rows, which sort under the 128 MB limit as 5M rows did)."""
 SAMPLE_ROWS = 20_000
 """Cursor values sampled to place the cuts (slices come within a few % of their size)."""
 
@@ -54,8 +58,15 @@ def slices(conn: Connection, query: sa.Select[Any], cursor: str,
                                                            ).subquery("engage_valued")
     sample = sa.select(valued.c.v).suffix_with(f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS)")
     values = sorted(instant(v) for (v,) in conn.execute(sample))
-    bounds = cuts(values, -(-rows // slice_rows)) if values else []
+    bounds = cuts(values, slice_count(rows, slice_rows)) if values else []
     yield from sliced(query, cursor, bounds)
+
+
+def slice_count(rows: int, slice_rows: int) -> int:
+    """How many slices a window of `rows` rows is read in: of `slice_rows` rows each, but at
+    most `MAX_SLICES` (each slice of a table not stored in cursor order scans it whole).
+    Pure."""
+    return min(-(-rows // slice_rows), MAX_SLICES)
 
 
 def instant(value: Any) -> Any:
