@@ -1,7 +1,8 @@
 """A large DuckDB window read in slices of its cursor column (`read.duckdb_slices`) gives the
 same rows in the same order as the whole window in one query: ties on UPDATED_AT that span
-a cut, NULL cursors, a window that starts mid-timestamp, a backfill's bounds; a window whose rows
-depend on each other (LATER_ROWS) is read whole."""
+a cut, NULL cursors, a window that starts mid-timestamp, a backfill's bounds, the hour the
+clocks go back; a window whose rows depend on each other (LATER_ROWS), or a configured query, is
+read whole; the file is closed once read; DuckDB's own errors are the read's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.cursor.window import Window
+from engage_sync.errors import SourceError
 from engage_sync.read import duckdb_slices, extract
 from engage_sync.read.extract import SourceSpec, stream_batches
 
@@ -165,3 +167,25 @@ def test_slices_hold_slice_rows_each_but_are_at_most_max_slices() -> None:
     assert duckdb_slices.slice_count(1_000_000, 250_000) == 4
     assert duckdb_slices.slice_count(1_000_001, 250_000) == 5
     assert duckdb_slices.slice_count(100_000_000, 250_000) == duckdb_slices.MAX_SLICES == 40
+
+
+def test_duckdb_out_of_memory_is_a_read_error_that_says_what_to_set(tmp_path: Path) -> None:
+    """DuckDB's own errors from its Arrow reader become the read's error, naming the
+    integration, the table and the setting to change."""
+    path = tmp_path / "small.duckdb"
+    maker = sa.create_engine(f"duckdb:///{path}")
+    with maker.begin() as conn:
+        conn.exec_driver_sql(
+            'CREATE TABLE src AS SELECT TIMESTAMP \'2024-01-01\' + to_microseconds('
+            'CAST(hash(i) % 1000000000 AS BIGINT)) AS "UPDATED_AT", \'k\' || i AS "KEY", '
+            '\'u\' AS "USER", repeat(\'x\', 200) AS "PAYLOAD" FROM range(100000) r(i)')
+    maker.dispose()
+    engine = sa.create_engine(f"duckdb:///{path}?memory_limit=4MB&threads=1")
+    try:
+        with pytest.raises(SourceError) as error:
+            _read(engine, SPEC, Window(start=None, signpost=None))
+    finally:
+        engine.dispose()
+    said = str(error.value)
+    assert said.startswith("integration slices: reading table src from the warehouse")
+    assert "Out of Memory" in said and "?memory_limit=1GB (or more) on warehouse.url" in said

@@ -30,6 +30,8 @@ CASES = [
     ("postgresql", "connection to server at \"127.0.0.1\", port 1 failed: Connection refused",
      "host and port"),
     ("duckdb", "Catalog Error: Table with name users_sync does not exist!", None),
+    ("duckdb", "Out of Memory Error: failed to pin block of size 256.0 KiB (121.8 MiB/122.0 "
+     "MiB used)", "?memory_limit=1GB"),
 ]
 
 

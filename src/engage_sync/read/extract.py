@@ -245,13 +245,18 @@ def stream_batches(
             resolved = resolve_columns(conn, spec)
             query = build_query(spec, resolved, window, binary_ordered(conn, spec, resolved))
             if engine.dialect.name == "duckdb":
+                import duckdb  # the driver's own errors: its Arrow reader is not SQLAlchemy's
+
                 # rows that depend on each other (LATER_ROWS), or a SQL query of the
                 # config's (it might not give the same rows twice), are read in one query
                 whole = spec.superseded_by or spec.query is not None
                 parts = [query] if whole else duckdb_slices.slices(conn, query,
                                                                    spec.cursor_column)
-                for part in parts:
-                    yield from _duckdb_batches(conn, part, batch_rows)
+                try:
+                    for part in parts:
+                        yield from _duckdb_batches(conn, part, batch_rows)
+                except duckdb.Error as exc:
+                    raise _read_failed(engine, spec, exc) from exc
             elif _arrow_native(engine, spec):
                 yield from _adbc_batches(engine, spec, query, batch_rows)
             elif engine.dialect.name == "snowflake" and spec.reader != "sqlalchemy":
@@ -274,10 +279,12 @@ def _read_failed(engine: Engine, spec: SourceSpec, exc: BaseException) -> Source
     url = engine.url
     where = (f"{url.get_backend_name()} at {url.host}{f':{url.port}' if url.port else ''}"
              if url.host else f"{url.get_backend_name()} {url.database or ''}".rstrip())
+    said = first_line(exc)
+    fix = warehouse_hints.hint(engine.dialect.name, said)
     return SourceError(
         f"integration {spec.integration}: reading {_what(spec)} from the warehouse ({where}) "
-        f"failed: {first_line(exc)}; the rows sent before it are settled and the next run "
-        "reads on from there")
+        f"failed: {said}; {f'{fix}; ' if fix else ''}the rows sent before it are settled and "
+        "the next run reads on from there")
 
 
 def _arrow_native(engine: Engine, spec: SourceSpec) -> bool:

@@ -41,6 +41,9 @@ _HINTS: tuple[tuple[str, str, str], ...] = (
      "iam, db_user, cluster_identifier, region)"),
     ("postgresql", r"password authentication failed",
      "check the user and password in warehouse.url (or warehouse.connect_args.password)"),
+    ("duckdb", r"out of memory",
+     "give DuckDB more memory: ?memory_limit=1GB (or more) on warehouse.url (engage-sync "
+     "sets 128MB otherwise)"),
     ("*", r"connection refused|timed out|could not connect|name or service not known",
      "check the host and port in warehouse.url (or warehouse.connect_args) and that the "
      "warehouse is up"),
