@@ -42,11 +42,16 @@ SAMPLE_ROWS = 20_000
 """Cursor values sampled to place the cuts (slices come within a few % of their size)."""
 
 
-def slices(conn: Connection, query: sa.Select[Any], cursor: str,
+def slices(conn: Connection, query: sa.Select[Any], cursor: str, whole: bool = False,
            slice_rows: int | None = None) -> Iterator[sa.Select[Any]]:
     """The window's query (ordered, its cursor column selected as `cursor`) as the queries of
-    its slices, in order: the query itself when the window holds at most `slice_rows` rows
-    (default `SLICE_ROWS`), or when its sample holds no cursor value to cut at."""
+    its slices, in order: the query itself when it must be read `whole` (its rows depend on
+    each other, as LATER_ROWS's do, or it is a SQL query of the config's, which might not give
+    the same rows twice), when the window holds at most `slice_rows` rows (default
+    `SLICE_ROWS`), or when its sample holds no cursor value to cut at."""
+    if whole:
+        yield query
+        return
     slice_rows = slice_rows or SLICE_ROWS
     window = query.order_by(None).subquery("engage_window")
     # fetched to the end: DuckDB runs nothing else on a connection with a result open

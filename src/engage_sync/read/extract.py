@@ -247,11 +247,8 @@ def stream_batches(
             if engine.dialect.name == "duckdb":
                 import duckdb  # the driver's own errors: its Arrow reader is not SQLAlchemy's
 
-                # rows that depend on each other (LATER_ROWS), or a SQL query of the
-                # config's (it might not give the same rows twice), are read in one query
-                whole = spec.superseded_by or spec.query is not None
-                parts = [query] if whole else duckdb_slices.slices(conn, query,
-                                                                   spec.cursor_column)
+                parts = duckdb_slices.slices(conn, query, spec.cursor_column, whole=bool(
+                    spec.superseded_by or spec.query is not None))
                 try:
                     for part in parts:
                         yield from _duckdb_batches(conn, part, batch_rows)
