@@ -166,7 +166,7 @@ def test_a_configured_query_is_read_in_one_query(engine: sa.Engine, queries: lis
 def test_slices_hold_slice_rows_each_but_are_at_most_max_slices() -> None:
     assert duckdb_slices.slice_count(1_000_000, 250_000) == 4
     assert duckdb_slices.slice_count(1_000_001, 250_000) == 5
-    assert duckdb_slices.slice_count(100_000_000, 250_000) == duckdb_slices.MAX_SLICES == 40
+    assert duckdb_slices.slice_count(100_000_000, 62_500) == duckdb_slices.MAX_SLICES == 64
 
 
 def test_duckdb_out_of_memory_is_a_read_error_that_says_what_to_set(tmp_path: Path) -> None:

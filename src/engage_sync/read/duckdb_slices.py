@@ -28,16 +28,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-SLICE_ROWS = 250_000
-"""Rows DuckDB sorts at once, at most about. Reading 1,000,000 rows of ≈ 90 bytes peaked at
-302 MB in one sort, 292 in slices of 500,000, 253 in slices of 250,000 and 235 of 125,000; a
-slice of a table not stored in cursor order costs a scan of the table (20,000,000 shuffled
-rows: 17.9 s in 80 slices of 250,000, 11.8 s in 40 of 500,000 (`MAX_SLICES`), 11.4 s in 20 of
-1,000,000, where the whole sort ran out of memory; each peaked at 307-313 MB, DuckDB's buffers
-full of the table's blocks)."""
-MAX_SLICES = 40
-"""At most this many slices, so a huge window stored out of cursor order is scanned at most 40
-times (100M rows: slices of 2.5M rows, which sort under the 128 MB limit as 5M rows did)."""
+SLICE_ROWS = 62_500
+"""Rows DuckDB sorts at once, at most about, until a window has `MAX_SLICES` slices. Reading
+1,000,000 rows of ≈ 90 bytes peaked at 302 MB in one sort, 252 MB in slices of 250,000, 227 of
+125,000, 226 of 100,000, 211 of 62,500; a whole `--no-prefect` run's process peaked at 286 MB
+in slices of 250,000, 261 of 100,000 and 246 of 62,500."""
+MAX_SLICES = 64
+"""At most this many slices: a slice of a table not stored in cursor order scans the table
+(20,000,000 shuffled rows: 17.9 s in 80 slices of 250,000, 19.0 s in 64 of 312,500, 11.8 s in
+40 of 500,000, 11.4 s in 20 of 1,000,000, where the whole sort ran out of memory; each peaked
+at 307-313 MB, DuckDB's buffers full of the table's blocks). 100M rows: slices of ≈ 1.6M rows,
+which sort under the 128 MB limit as 5M rows did."""
 SAMPLE_ROWS = 20_000
 """Cursor values sampled to place the cuts (slices come within a few % of their size)."""
 
