@@ -4,6 +4,7 @@ changed source schema stops a run before it sends anything (the schema guard).""
 
 from __future__ import annotations
 
+import gc
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from engage_sync.adapters.gc_tuning import GEN0
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SchemaChanged
 from engage_sync.run.options import RunOptions, run_options
@@ -262,3 +264,17 @@ def test_the_dry_run_predicts_the_bill_of_attributes_events_and_purchases(
         "service": {"base_url": service.base_url}})
     predicted, billed = _predicted_then_billed(orders, state, service)
     assert predicted == billed == 108
+
+
+def test_a_sync_tunes_the_garbage_collector_for_its_process(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+) -> None:
+    """`sync_file` raises the collector's young threshold (`gc_tuning`): the transform's
+    per-row containers no longer trigger a collection every 700 allocations."""
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        _run(_members(warehouse, service, tmp_path, {"PLAN": "plan"}), state)
+        assert gc.get_threshold() == (GEN0, 10, 10)
+    finally:
+        gc.set_threshold(*before)

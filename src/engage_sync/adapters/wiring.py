@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from engage_sync import kinds
 from engage_sync.adapters import lineage
 from engage_sync.adapters.budgets import budgets_for
+from engage_sync.adapters.gc_tuning import tune_gc
 from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
@@ -189,6 +190,7 @@ def sync_file(
     configured (`lineage`). With `writeback`, the runs it recorded are then written back to
     the warehouse (`writeback/`), which never fails the sync. `blocks` reads Prefect Secret
     blocks (`service_key`)."""
+    tune_gc()  # a sync allocates per row and frees by reference count (gc_tuning)
     options = options or RunOptions()
     store = store or open_state()
     since = _utcnow()
@@ -283,6 +285,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
     database, warehouse, API key and budget come from the job's descriptors and this process's
     environment (or Prefect, `blocks`). `budgets`: the budgets of the coordinator's process
     (threads only)."""
+    tune_gc()  # a Dask worker's process syncs too
     store = open_state(None if job.state_url is None else job.state_url.get_secret_value())
     try:
         if not store.has_run(job.parent):
