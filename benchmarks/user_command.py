@@ -72,13 +72,13 @@ WAITS = ("SyncStream.read (httpcore", "Condition.wait (threading", "Event.wait (
          "wait (concurrent/futures", "Thread.join (threading", "_wait_for_tstate_lock")
 # Frames that mark a stage, first match wins (most specific first).
 STAGES = (
-    ("journal", ("engage_sync/state.py", "engage_sync/state_schema.py")),
-    ("send", ("engage_sync/deliver.py", "engage_sync/classify.py", "httpx/", "httpcore/",
-              "engage_sync/ratelimit.py", "engage_sync/send_loop.py")),
-    ("pack", ("engage_sync/batching.py", "engage_sync/kinds/track_packer.py",
-              "engage_sync/cutter.py")),
+    ("journal", ("engage_sync/state/",)),
+    ("diff", ("engage_sync/diff/",)),
+    ("send", ("engage_sync/deliver/", "httpx/", "httpcore/", "engage_sync/run/send_loop.py")),
+    ("pack", ("engage_sync/pack/", "engage_sync/kinds/track_packer.py",
+              "engage_sync/run/cutter.py")),
     ("transform", ("engage_sync/kinds/",)),
-    ("read", ("engage_sync/extract.py", "engage_sync/reading.py", "duckdb")),
+    ("read", ("engage_sync/read/", "duckdb")),
     ("prefect", ("prefect/",)),
     ("imports", ("<frozen importlib._bootstrap",)),
 )

@@ -28,6 +28,7 @@ from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
+from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError
@@ -111,6 +112,8 @@ def http_transport(integration: Integration) -> httpx.BaseTransport:
     s = integration.service
     in_flight = s.max_in_flight
     proxy = proxy_for(s.base_url, os.environ)
+    if proxy is None:
+        return LeanTransport(max_idle=in_flight)
     try:
         return httpx.HTTPTransport(
             limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),

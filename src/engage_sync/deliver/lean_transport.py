@@ -1,0 +1,175 @@
+"""A keep-alive HTTP/1.1 transport on the standard library's `http.client`, for httpx.
+
+Why: a run sends about 13,000 requests a million rows, from threads that share the GIL with
+the thread that reads and packs. httpx's own transport (httpcore and h11, pure Python) costs
+about 290 µs of CPU a request on loopback; `http.client` about 135 µs (benchmarks/README.md,
+"The lean transport"). The Deliverer still speaks httpx: it hands an `httpx.Request` and gets
+an `httpx.Response`, and every error is httpx's own, raised where httpx raises it, so
+`deliver.classify` tells "not sent" from "in doubt" exactly as before:
+
+- connecting fails or times out: `ConnectError` / `ConnectTimeout` (nothing was sent);
+- writing the request fails or times out: `WriteError` / `WriteTimeout` (the body is
+  incomplete: the service cannot have parsed it);
+- anything after the whole request was written (no answer in time, a reset, a malformed or
+  cut answer): `ReadTimeout`, `ReadError`, `RemoteProtocolError` (it may have been processed).
+
+Invariants:
+- a connection serves one request at a time; it goes back to the pool only after its whole
+  answer was read and the answer did not ask to close it; any error closes it;
+- an idle connection the server has closed (it reads as ready before we asked anything) is
+  dropped before use, never written to, so a stale keep-alive is never a request in doubt;
+- TLS is verified with httpx's own default context (certifi, or SSL_CERT_FILE / SSL_CERT_DIR);
+- at most `max_idle` idle connections are kept; thread-safe.
+
+Used for plain `http`/`https` service URLs with no proxy (`adapters.wiring.http_transport`);
+a proxy keeps httpx's own transport.
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import ssl
+import threading
+from typing import Any
+
+import httpx
+
+_Key = tuple[str, str, int]  # scheme, host, port
+_PORTS = {"http": 80, "https": 443}
+
+
+class LeanTransport(httpx.BaseTransport):
+    """httpx.BaseTransport over pooled `http.client` connections (see the module)."""
+
+    def __init__(self, max_idle: int = 4, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._max_idle = max_idle
+        self._ssl = ssl_context
+        self._idle: list[tuple[_Key, http.client.HTTPConnection]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme not in _PORTS:
+            raise httpx.UnsupportedProtocol(f"the URL's scheme {url.scheme!r} is not http or "
+                                            "https", request=request)
+        key = (url.scheme, url.host, url.port or _PORTS[url.scheme])
+        timeouts = request.extensions.get("timeout", {})
+        conn = self._take(key) or self._connect(key, timeouts.get("connect"), request)
+        try:
+            status, reason, headers, body, reusable = _exchange(conn, request, timeouts)
+        except BaseException:
+            conn.close()
+            raise
+        if reusable:
+            self._give(key, conn)
+        else:
+            conn.close()
+        return httpx.Response(status, headers=headers, stream=httpx.ByteStream(body),
+                              extensions={"http_version": b"HTTP/1.1",
+                                          "reason_phrase": reason.encode("latin-1")})
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle, self._closed = self._idle, [], True
+        for _, conn in idle:
+            conn.close()
+
+    # the pool --------------------------------------------------------------------------------
+    def _take(self, key: _Key) -> http.client.HTTPConnection | None:
+        """An idle connection to `key` the server has not closed, or None."""
+        while True:
+            with self._lock:
+                at = next((k for k, (held, _) in enumerate(self._idle) if held == key), None)
+                if at is None:
+                    return None
+                conn = self._idle.pop(at)[1]
+            if _alive(conn):
+                return conn
+            conn.close()
+
+    def _give(self, key: _Key, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self._max_idle:
+                self._idle.append((key, conn))
+                return
+        conn.close()
+
+    def _connect(self, key: _Key, timeout: float | None,
+                 request: httpx.Request) -> http.client.HTTPConnection:
+        scheme, host, port = key
+        conn: http.client.HTTPConnection
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context()
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.connect()
+        except TimeoutError as exc:
+            conn.close()
+            raise httpx.ConnectTimeout(_text(exc, "connecting timed out"),
+                                       request=request) from exc
+        except OSError as exc:  # refused, unreachable, name unknown, TLS refused
+            conn.close()
+            raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+
+def _alive(conn: http.client.HTTPConnection) -> bool:
+    """An idle keep-alive connection is usable while nothing is there to read: a readable one
+    was closed by the server (or holds bytes nobody asked for)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
+              timeouts: dict[str, Any]) -> tuple[int, str, list[tuple[bytes, bytes]], bytes,
+                                                  bool]:
+    """Write the request, read the whole answer: (status, reason, headers, body, reusable)."""
+    body = request.read()
+    target = request.url.raw_path.decode("ascii")
+    assert conn.sock is not None
+    conn.sock.settimeout(timeouts.get("write"))
+    try:
+        conn.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
+        for name, value in request.headers.raw:
+            conn.putheader(name, value)
+        conn.endheaders(body)
+    except ValueError:  # a header http.client refuses; its text may quote the value
+        raise httpx.LocalProtocolError("an invalid header or body",
+                                       request=request) from None
+    except TimeoutError as exc:
+        raise httpx.WriteTimeout(_text(exc, "writing timed out"), request=request) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise httpx.WriteError(_text(exc, "writing failed"), request=request) from exc
+    conn.sock.settimeout(timeouts.get("read"))
+    try:
+        response = conn.getresponse()
+        data = response.read()
+    except TimeoutError as exc:
+        raise httpx.ReadTimeout(_text(exc, "no answer in time"), request=request) from exc
+    except (http.client.HTTPException, ValueError) as exc:  # cut, malformed, closed early
+        raise httpx.RemoteProtocolError(_text(exc, "the answer was cut or malformed"),
+                                        request=request) from exc
+    except OSError as exc:
+        raise httpx.ReadError(_text(exc, "reading the answer failed"), request=request) from exc
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.getheaders()]
+    return response.status, response.reason, headers, data, not response.will_close
+
+
+def _text(exc: BaseException, fallback: str) -> str:
+    text = str(exc).strip()
+    return f"{fallback}: {text}" if text else fallback

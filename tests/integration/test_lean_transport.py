@@ -1,0 +1,267 @@
+"""The lean transport against real servers on loopback: answers read whole, connections kept
+alive and dropped when the server closed them, and every failure raised as the httpx error
+that `classify` reads as "not sent" or "in doubt" exactly as with httpx's own transport."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engage_sync.adapters import wiring
+from engage_sync.deliver.classify import classify
+from engage_sync.deliver.lean_transport import LeanTransport
+from engage_sync.pack.request import Request
+from tests.integration.test_http_transport import an_integration
+
+TIMEOUT = {"connect": 2.0, "read": 0.5, "write": 2.0, "pool": 2.0}
+Handler = Callable[[socket.socket, int], None]  # a connection, its number (from 0)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One whole request (head, then a Content-Length body), or b"" at end of stream."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return b""
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+class Server:
+    """A loopback TCP server handing each accepted connection to `handler` on its own thread."""
+
+    def __init__(self, handler: Handler, wrap: ssl.SSLContext | None = None) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.handler, self.wrap = handler, wrap
+        self.connections = 0
+        self.requests: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.wrap is not None:
+                try:
+                    conn = self.wrap.wrap_socket(conn, server_side=True)
+                except (OSError, ssl.SSLError):
+                    conn.close()
+                    continue
+            number, self.connections = self.connections, self.connections + 1
+            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, number: int) -> None:
+        with conn:
+            self.handler(conn, number)
+
+    def url(self, scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/users/track"
+
+
+def answering(answer: bytes, close_after: int | None = None) -> Callable[[Server], Handler]:
+    """A handler that answers every request with `answer` (closing after `close_after`)."""
+    def make(server: Server) -> Handler:
+        def handle(conn: socket.socket, _number: int) -> None:
+            served = 0
+            while request := _read_request(conn):
+                server.requests.append(request)
+                conn.sendall(answer)
+                served += 1
+                if close_after is not None and served >= close_after:
+                    return
+        return handle
+    return make
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def start(make: Callable[[Server], Handler], wrap: ssl.SSLContext | None = None) -> Server:
+        server = Server(lambda c, n: None, wrap)
+        server.handler = make(server)
+        servers.append(server)
+        return server
+    yield start
+    for server in servers:
+        server.sock.close()
+
+
+def post(transport: httpx.BaseTransport, url: str, body: bytes = b'{"attributes":[]}'
+         ) -> httpx.Response:
+    response = transport.handle_request(httpx.Request(
+        "POST", url, content=body, headers={"Authorization": "Bearer k"},
+        extensions={"timeout": TIMEOUT}))
+    response.read()
+    response.close()
+    return response
+
+
+REQUEST = Request("/users/track", "track", b"{}", (), ())
+
+
+def outcome_of(exc: Exception) -> str:
+    return classify(REQUEST, None, None, exc).kind
+
+
+def test_a_request_is_written_as_given_and_the_answer_read_whole(serve) -> None:
+    answer = (b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+              b"X-RateLimit-Remaining: 7\r\nContent-Length: 21\r\n\r\n{\"message\":\"success\"}")
+    server = serve(answering(answer))
+    with LeanTransport() as transport:
+        response = post(transport, server.url() + "?q=1", b'{"a":1}')
+    assert response.status_code == 201
+    assert response.json() == {"message": "success"}
+    assert response.headers["x-ratelimit-remaining"] == "7"
+    head, _, body = server.requests[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /users/track?q=1 HTTP/1.1"
+    assert f"Host: 127.0.0.1:{server.port}".encode() in lines
+    assert b"Authorization: Bearer k" in lines and b"Content-Length: 7" in lines
+    assert body == b'{"a":1}'
+
+
+def test_connections_are_kept_alive_and_reused(serve) -> None:
+    server = serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    with LeanTransport() as transport:
+        statuses = [post(transport, server.url()).status_code for _ in range(5)]
+    assert statuses == [200] * 5
+    assert server.connections == 1 and len(server.requests) == 5
+
+
+def test_a_chunked_answer_is_read_whole_and_the_connection_reused(serve) -> None:
+    answer = (b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"6\r\n{\"a\":1\r\n1\r\n}\r\n0\r\n\r\n")
+    server = serve(answering(answer))
+    with LeanTransport() as transport:
+        first, second = post(transport, server.url()), post(transport, server.url())
+    assert first.status_code == second.status_code == 400
+    assert first.json() == {"a": 1}
+    assert server.connections == 1
+
+
+def test_an_answer_that_closes_the_connection_is_not_reused(serve) -> None:
+    """Even when the server then keeps the connection open."""
+    server = serve(answering(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n"
+                             b"\r\n{}"))
+    with LeanTransport() as transport:
+        assert [post(transport, server.url()).status_code for _ in range(3)] == [200] * 3
+    assert server.connections == 3
+
+
+def test_a_keep_alive_the_server_closed_is_dropped_never_in_doubt(serve) -> None:
+    """The server closes each connection after one answer without saying so: the next request
+    must go out on a new connection, not fail on the dead one."""
+    server = serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", close_after=1))
+    with LeanTransport() as transport:
+        for _ in range(3):
+            assert post(transport, server.url()).status_code == 200
+            time.sleep(0.05)  # the server's close reaches us before the next request
+    assert server.connections == 3
+
+
+def test_a_refused_connection_is_not_sent() -> None:
+    free = socket.create_server(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    with LeanTransport() as transport, pytest.raises(httpx.ConnectError) as info:
+        post(transport, f"http://127.0.0.1:{port}/users/track")
+    assert outcome_of(info.value) == "retry"
+
+
+def test_no_answer_in_time_is_a_read_timeout_in_doubt(serve) -> None:
+    stop = threading.Event()
+
+    def make(server: Server) -> Handler:
+        def handle(conn: socket.socket, _n: int) -> None:
+            server.requests.append(_read_request(conn))
+            stop.wait(5)
+        return handle
+    server = serve(make)
+    with LeanTransport() as transport, pytest.raises(httpx.ReadTimeout) as info:
+        post(transport, server.url())
+    stop.set()
+    assert outcome_of(info.value) == "in_doubt"
+    assert server.requests and server.requests[0].endswith(b'{"attributes":[]}')
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 201 Created\r\nContent-Length: 50\r\n\r\n{",
+                                    b"garbage\r\n\r\n"])
+def test_a_closed_cut_or_malformed_answer_is_in_doubt(serve, answer: bytes) -> None:
+    def make(server: Server) -> Handler:
+        def handle(conn: socket.socket, _n: int) -> None:
+            server.requests.append(_read_request(conn))
+            conn.sendall(answer)
+        return handle
+    server = serve(make)
+    with LeanTransport() as transport, pytest.raises(httpx.TransportError) as info:
+        post(transport, server.url())
+    assert isinstance(info.value, httpx.RemoteProtocolError | httpx.ReadError)
+    assert outcome_of(info.value) == "in_doubt"
+
+
+def test_an_unsupported_scheme_is_refused_before_connecting() -> None:
+    with LeanTransport() as transport, pytest.raises(httpx.UnsupportedProtocol):
+        post(transport, "ftp://127.0.0.1:9/users/track")
+
+
+def test_a_header_http_client_refuses_names_no_value(serve) -> None:
+    server = serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    with LeanTransport() as transport, pytest.raises(httpx.LocalProtocolError) as info:
+        transport.handle_request(httpx.Request(
+            "POST", server.url(), content=b"{}", headers={"X-Key": "s3cret\nX-Evil: 1"},
+            extensions={"timeout": TIMEOUT}))
+    assert "s3cret" not in str(info.value)
+    assert outcome_of(info.value) == "failed"
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    where = tmp_path_factory.mktemp("tls")
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+def test_https_is_verified(serve, certificate: tuple[Path, Path]) -> None:
+    """An answer over TLS with a certificate the client trusts; the same server is refused
+    (not sent) by httpx's default trust, which does not hold it."""
+    cert, key = certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server = serve(answering(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}"), context)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    with LeanTransport(ssl_context=trusting) as transport:
+        assert [post(transport, server.url("https")).status_code for _ in range(2)] == [201] * 2
+    assert server.connections == 1
+    with LeanTransport() as transport, pytest.raises(httpx.ConnectError) as info:
+        post(transport, server.url("https"))
+    assert outcome_of(info.value) == "retry"
+
+
+def test_the_wiring_sends_through_the_lean_transport_without_a_proxy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    transport = wiring.http_transport(an_integration("http://127.0.0.1:9"))
+    assert isinstance(transport, LeanTransport)
+    transport.close()
