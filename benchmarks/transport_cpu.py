@@ -23,8 +23,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from deliver_overhead import KEY, make_request
-from pipeline_throughput import free_port, start_sandbox, stop
+from deliver_overhead import make_request
+from pipeline_throughput import API_KEY, free_port, start_sandbox, stop
 
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.lean_transport import LeanTransport
@@ -34,7 +34,7 @@ CHUNKS = 10
 
 
 def deliverer(transport: httpx.BaseTransport, base_url: str) -> Deliverer:
-    return Deliverer(transport, KEY, RateBudgets({"users_track": (10**9, 1.0)}),
+    return Deliverer(transport, API_KEY, RateBudgets({"users_track": (10**9, 1.0)}),
                      base_url=base_url)
 
 

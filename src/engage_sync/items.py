@@ -12,12 +12,25 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Any, TypeVar, dataclass_transform
+
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass_transform(frozen_default=True)
+def record(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass to the type checker, which refuses any assignment to a field, and
+    a plain slotted one at run time, hashed by its fields as a frozen one is. A row makes one
+    or two of these on the hot path, and a frozen dataclass's `__init__` costs 1.05 µs for
+    `Item`'s eight fields against 0.23 µs (it sets each through `object.__setattr__`)."""
+    make: Callable[[type[_T]], Any] = dataclass(slots=True, unsafe_hash=True)
+    return make(cls)
+
+
+@record
 class Item:
     """One object destined for one request array.
 
@@ -49,7 +62,7 @@ def users_of(item: Item) -> tuple[str, ...]:
     return tuple(item.user.split(USER_SEP))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reject:
     """A source row refused before sending, with the reason (never the offending value)."""
 
