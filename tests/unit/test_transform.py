@@ -559,3 +559,20 @@ def test_timestamp_columns_render_like_iso_utc(unit: str) -> None:
 def test_hidden_key_columns(kind: str, extra: dict[str, Any], hidden: set[str]) -> None:
     """Only the payload column is hidden, matched case-insensitively as columns are."""
     assert integration(kind, **extra).hidden_key_columns == hidden
+
+
+def test_names_found_good_earlier_in_a_batch_do_not_excuse_a_later_row() -> None:
+    """Rows of a batch skip the per-name check for names already found good: a later row that
+    adds a bad name, or gives a seen name a value with a rule, is still rejected."""
+    rows = batch(UPDATED_AT=times(5), EXTERNAL_ID=["u1", "u2", "u3", "u4", "u5"],
+                 PAYLOAD=payloads({"plan": "a", "email_subscribe": "opted_in"},
+                                  {"plan": "b", "$bad": 1},
+                                  {"plan": {"add": 5}},
+                                  {"plan": "c", "email_subscribe": "yes"},
+                                  {"plan": "d", "external_id": "other"}))
+    result = transform_batch(integration(), rows, 0)
+    assert [i.seq for i in result.items] == [0]
+    assert [r.seq for r in result.rejects] == [1, 2, 3, 4]
+    assert "'$bad'" in result.rejects[0].reason and "'plan'" in result.rejects[1].reason
+    assert "email_subscribe" in result.rejects[2].reason
+    assert "reserved" in result.rejects[3].reason

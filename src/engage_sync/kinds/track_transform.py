@@ -92,6 +92,7 @@ def _payload_attributes(integration: Integration, cols: Columns, refs: list[Ref 
     column = fmt.payload_column
     payloads = cols.ready(column)
     loads = orjson.loads
+    plain: set[str] = set()  # names this batch found good, with no rule on their values
     for i, ref in enumerate(refs):
         if isinstance(ref, str):
             sink.reject(i, ref)
@@ -106,7 +107,7 @@ def _payload_attributes(integration: Integration, cols: Columns, refs: list[Ref 
             if isinstance(payload, str):
                 sink.reject(i, payload)
                 continue
-        problem = _payload_attributes_problem(payload, reserved)
+        problem = _payload_attributes_problem(payload, reserved, plain)
         if problem is not None:
             sink.reject(i, problem)
             continue
@@ -151,17 +152,24 @@ def _mapped_attributes(integration: Integration, cols: Columns, refs: list[Ref |
         sink.item(i, user, obj)
 
 
-def _payload_attributes_problem(payload: dict[str, Any], reserved: frozenset[str]) -> str | None:
+def _payload_attributes_problem(payload: dict[str, Any], reserved: frozenset[str],
+                                plain: set[str]) -> str | None:
     """JSON values can be bad only as objects (array operations) or as standard fields of a
-    fixed shape (`validate.FIELD_CHECKS`); the rest is checked by name."""
+    fixed shape (`validate.FIELD_CHECKS`); the rest is checked by name. `plain`: names already
+    found good that no value rule applies to (one transform's, so one `reserved`); a payload
+    of only those, with no object value, is good without a check per name (rows of one source
+    share their names)."""
     if len(payload) > v.MAX_ATTRIBUTES_PER_ROW:
         return v.check_attribute_count(len(payload))
+    if plain.issuperset(payload) and dict not in map(type, payload.values()):
+        return None
     for name, value in payload.items():
         if not name or name[0] == "$" or name in reserved:
             return v.check_attribute_name(name, reserved)
         if (type(value) is dict or name in v.FIELD_CHECKS) and (
                 problem := v.check_attribute_value(name, value)):
             return problem
+    plain.update(name for name in payload if name not in v.FIELD_CHECKS)
     return None
 
 
