@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engage_sync.diff import field_diff
-from engage_sync.diff.helper import FieldHelper, frame, shareable_url
+from engage_sync.diff.helper import FieldHelper, frame, shareable_url, sqlite_file
 from engage_sync.diff.helper import _unframe as unframe
 from engage_sync.diff.stage import Differ
 from engage_sync.errors import SyncError
@@ -50,7 +50,7 @@ def _logged(state: StateStore) -> int:
 def _helper(store: StateStore) -> FieldHelper:
     url = shareable_url(store.engine)
     assert url is not None
-    return FieldHelper(INTEGRATION, url)
+    return FieldHelper(INTEGRATION, url, sqlite_file(store.engine))  # as `diff.stage` does
 
 
 def _whole(item: Item) -> dict[int, int]:
@@ -165,3 +165,41 @@ def test_the_helper_process_holds_no_sqlalchemy_until_its_end() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_on_a_sqlite_file_the_helper_writes_without_sqlalchemy(tmp_path: Path) -> None:
+    """The helper's end on a SQLite state file: the standard library's sqlite3 writes its
+    records (the same statement the state store runs), and SQLAlchemy is never loaded."""
+    state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+    assert sqlite_file(state.engine) == str(tmp_path / "state.db")
+    items = [_item(1, "a"), _item(2, "b"), _item(1, "c")]
+    log = tmp_path / "log.db"
+    probe = (
+        "import sqlite3, sys\n"
+        "from engage_sync.diff import helper\n"
+        "from engage_sync.diff.helper import records\n"
+        f"db = sqlite3.connect({str(log)!r})\n"
+        "db.execute(f'CREATE TABLE {helper.LOG} (user_key BLOB NOT NULL, digests BLOB NOT NULL)')\n"
+        f"users, objs = {[i.user for i in items]!r}, {[json.loads(i.blob) for i in items]!r}\n"
+        "db.executemany(f'INSERT INTO {helper.LOG} VALUES (?, ?)', records(users, objs))\n"
+        "db.commit(); db.close()\n"
+        f"helper._store({{'url': 'unused', 'integration': {INTEGRATION!r}, "
+        f"'file': {str(tmp_path / 'state.db')!r}}}, {str(log)!r})\n"
+        "print('sqlalchemy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert _record(state) == {field_codec.user_key(i.user): _whole(i) for i in items[1:]}
+
+
+def test_the_helper_uses_the_state_store_where_sqlite3_alone_would_not_do() -> None:
+    assert sqlite_file(StateStore.from_url("sqlite://").engine) is None
+    from sqlalchemy import create_engine
+
+    assert sqlite_file(create_engine("postgresql+psycopg://u:p@127.0.0.1:9/db")) is None
+    assert sqlite_file(create_engine("sqlite:////tmp/x.db?timeout=5")) is None
+    from engage_sync.state.field_store_sql import FIELDS_TABLE
+    from engage_sync.state.schema import fields
+
+    assert fields.name == FIELDS_TABLE

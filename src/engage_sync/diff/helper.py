@@ -82,11 +82,20 @@ def shareable_url(engine: Engine) -> str | None:
     return url.render_as_string(hide_password=False)
 
 
+def sqlite_file(engine: Engine) -> str | None:
+    """The state database's file when the helper may write it with the standard library
+    alone: a SQLite file named by a URL with no options; else None (it uses the state store)."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.query or shareable_url(engine) is None:
+        return None
+    return url.database
+
+
 class FieldHelper:
     """The run's side: a helper process, fed through its standard input by a writer thread
     (so a settle waits for the helper only when `QUEUED` settles are waiting)."""
 
-    def __init__(self, integration: str, state_url: str) -> None:
+    def __init__(self, integration: str, state_url: str, state_file: str | None = None) -> None:
         from sqlalchemy.engine import make_url
 
         self.integration = integration
@@ -99,7 +108,7 @@ class FieldHelper:
         self._broken: BaseException | None = None
         self._writer = threading.Thread(target=self._write, name=f"field-helper-{integration}",
                                         daemon=True)
-        self._put({"url": state_url, "integration": integration})
+        self._put({"url": state_url, "integration": integration, "file": state_file})
         self._writer.start()
 
     def hand(self, users: list[str], blobs: list[bytes]) -> None:
@@ -251,7 +260,7 @@ def _serve() -> int:
                 if frame == FINISH:
                     db.execute("COMMIT")
                     db.close()
-                    _store(header["url"], header["integration"], path)
+                    _store(header, path)
                     return 0
                 db.executemany(f"INSERT INTO {LOG} VALUES (?, ?)", records(*frame))
         finally:
@@ -261,15 +270,21 @@ def _serve() -> int:
         os.unlink(path)
 
 
-def _store(url: str, integration: str, path: str) -> None:
+def _store(header: dict[str, Any], path: str) -> None:
     """The records kept in `path` over the integration's record. The state database is
     opened only now: until its end the helper holds no SQLAlchemy (≈ 60 MB less for the
-    whole run; the run itself has the same database open, so the URL is known to work)."""
+    whole run; the run itself has the same database open, so the URL is known to work), and
+    a SQLite file is written with the standard library alone (`field_store_sql`)."""
+    if header.get("file"):
+        from engage_sync.state.field_store_sql import store_sqlite_file
+
+        store_sqlite_file(header["file"], header["integration"], path, LOG)
+        return
     from engage_sync.state.store import StateStore
 
-    state = StateStore.from_url(url)
+    state = StateStore.from_url(header["url"])
     try:
-        state.store_field_file(integration, path, LOG)
+        state.store_field_file(header["integration"], path, LOG)
     finally:
         state.engine.dispose()
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 import orjson
 
 from engage_sync.diff.field_diff import diff, diff_stored, identifier_of, whole_encoded
-from engage_sync.diff.helper import FieldHelper, shareable_url
+from engage_sync.diff.helper import FieldHelper, shareable_url, sqlite_file
 from engage_sync.diff.logged_users import KeyFilter
 from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.state.field_codec import Digests, decode, encode, merged, user_key
@@ -209,14 +209,14 @@ def diff_stage(integration: str, state: StateStore, refresh: bool,
     whole what it reads and refreshes the record; `helper_after`: items a first run digests
     before a helper process takes over (None: never), used only when the state database can
     be shared with another process."""
-    url = shareable_url(state.engine)
+    url, file = shareable_url(state.engine), sqlite_file(state.engine)
 
     def start_helper() -> FieldHelper | None:
         if url is None:
             return None
         log.info("integration %s: a helper process records the fields of this first diffed "
                  "run", integration)
-        return FieldHelper(integration, url)
+        return FieldHelper(integration, url, file)
 
     return Differ(integration, state, refresh=refresh, start_helper=start_helper,
                   helper_after=helper_after)

@@ -35,6 +35,7 @@ import xxhash
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.state.field_codec import decode, encode, merged, user_key
+from engage_sync.state.field_store_sql import store_attached_sql
 from engage_sync.state.schema import field_log, fields
 
 CHUNK = 900  # bind parameters per lookup: under SQLite's oldest limit (999)
@@ -189,13 +190,8 @@ def store(conn: Connection, integration: str, records: Iterable[tuple[bytes, byt
 
 def store_attached(conn: Connection, integration: str, schema: str, table: str) -> int:
     """SQLite: `store` from a table (user_key, digests, in the order they were acknowledged)
-    of an attached database, in one statement: sorted by key, then by rowid so that the last
-    of a user's records is written last."""
-    return int(conn.exec_driver_sql(
-        f"INSERT INTO {fields.name} (integration, user_key, digests) SELECT ?, user_key, "
-        f"digests FROM {schema}.{table} WHERE true ORDER BY user_key, rowid "
-        "ON CONFLICT (integration, user_key) DO UPDATE SET digests = excluded.digests",
-        (integration,)).rowcount)
+    of an attached database, in one statement (`field_store_sql`)."""
+    return int(conn.exec_driver_sql(store_attached_sql(schema, table), (integration,)).rowcount)
 
 
 def any_recorded(conn: Connection, integration: str) -> bool:
