@@ -128,11 +128,12 @@ def _alive(conn: http.client.HTTPConnection) -> bool:
         return False
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return False
+    poller = select.poll()  # not select(): no limit on the descriptor's number
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
     except (OSError, ValueError):
         return False
-    return not readable
 
 
 def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
