@@ -14,16 +14,14 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from deliver_overhead import make_request
+from deliver_overhead import make_request, timed
 from pipeline_throughput import API_KEY, free_port, start_sandbox, stop
 
 from engage_sync.deliver.deliverer import Deliverer
@@ -40,14 +38,7 @@ def deliverer(transport: httpx.BaseTransport, base_url: str) -> Deliverer:
 
 def measure(send: Callable[[], object], n: int, threads: int) -> tuple[float, float]:
     """(requests a second, CPU µs a request) of n sends from `threads` threads."""
-    cpu, wall = time.process_time(), time.perf_counter()
-    if threads == 1:
-        for _ in range(n):
-            send()
-    else:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda _: send(), range(n)))
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = timed(send, n, threads)
     return n / wall, cpu * 1e6 / n
 
 

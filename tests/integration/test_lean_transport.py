@@ -242,9 +242,13 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_https_is_verified(serve, certificate: tuple[Path, Path]) -> None:
+def test_https_is_verified(serve, certificate: tuple[Path, Path],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer over TLS with a certificate the client trusts; the same server is refused
-    (not sent) by httpx's default trust, which does not hold it."""
+    (not sent) by httpx's default trust, which does not hold it, and trusted by default once
+    SSL_CERT_FILE names it, as httpx does."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     cert, key = certificate
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
@@ -256,6 +260,9 @@ def test_https_is_verified(serve, certificate: tuple[Path, Path]) -> None:
     with LeanTransport() as transport, pytest.raises(httpx.ConnectError) as info:
         post(transport, server.url("https"))
     assert outcome_of(info.value) == "retry"
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with LeanTransport() as transport:
+        assert post(transport, server.url("https")).status_code == 201
 
 
 def test_the_wiring_sends_through_the_lean_transport_without_a_proxy(
