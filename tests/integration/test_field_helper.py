@@ -199,6 +199,12 @@ def test_the_helper_uses_the_state_store_where_sqlite3_alone_would_not_do() -> N
 
     assert sqlite_file(create_engine("postgresql+psycopg://u:p@127.0.0.1:9/db")) is None
     assert sqlite_file(create_engine("sqlite:////tmp/x.db?timeout=5")) is None
+    from types import SimpleNamespace
+
+    from sqlalchemy.engine import make_url
+
+    cipher = SimpleNamespace(url=make_url("sqlite+pysqlcipher://:key@//tmp/x.db"))
+    assert sqlite_file(cipher) is None  # type: ignore[arg-type]  # only its URL is read
     from engage_sync.state.field_store_sql import FIELDS_TABLE
     from engage_sync.state.schema import fields
 

@@ -202,8 +202,9 @@ def test_no_answer_in_time_is_a_read_timeout_in_doubt(serve) -> None:
     assert server.requests and server.requests[0].endswith(b'{"attributes":[]}')
 
 
-@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 201 Created\r\nContent-Length: 50\r\n\r\n{",
-                                    b"garbage\r\n\r\n"])
+@pytest.mark.parametrize("answer", [
+    b"", b"HTTP/1.1 201 Created\r\nContent-Length: 50\r\n\r\n{", b"garbage\r\n\r\n",
+    b"HTTP/1.1 201 Created\r\nContent-Length: 99999999999999999999999\r\n\r\n{}"])
 def test_a_closed_cut_or_malformed_answer_is_in_doubt(serve, answer: bytes) -> None:
     def make(server: Server) -> Handler:
         def handle(conn: socket.socket, _n: int) -> None:
@@ -272,3 +273,47 @@ def test_the_wiring_sends_through_the_lean_transport_without_a_proxy(
     transport = wiring.http_transport(an_integration("http://127.0.0.1:9"))
     assert isinstance(transport, LeanTransport)
     transport.close()
+
+
+def test_an_informational_answer_is_in_doubt_and_never_read_by_the_next_request(serve) -> None:
+    """http.client skips only 100 Continue: a 103 must not pass for the final answer, and the
+    final answer behind it must not be read by the next request on the same connection."""
+    def make(server: Server) -> Handler:
+        def handle(conn: socket.socket, number: int) -> None:
+            while request := _read_request(conn):
+                server.requests.append(request)
+                if number == 0:
+                    conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+                    time.sleep(0.2)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n\"first\"")
+                else:
+                    conn.sendall(b"HTTP/1.1 500 Oops\r\nContent-Length: 8\r\n\r\n\"second\"")
+        return handle
+    server = serve(make)
+    with LeanTransport() as transport:
+        with pytest.raises(httpx.RemoteProtocolError) as info:
+            post(transport, server.url())
+        assert outcome_of(info.value) == "in_doubt"
+        time.sleep(0.3)
+        second = post(transport, server.url())
+    assert second.status_code == 500 and second.json() == "second"
+    assert server.connections == 2
+
+
+def test_an_answer_before_the_body_was_read_is_the_answer(serve) -> None:
+    """A server that refuses a large body at once (413, closing without reading it): the
+    write fails, and the answer it sent is returned, as httpx's own transport returns it."""
+    def make(server: Server) -> Handler:
+        def handle(conn: socket.socket, _n: int) -> None:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            server.requests.append(data)
+            conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\n"
+                         b"Content-Length: 2\r\n\r\n{}")
+            time.sleep(0.3)  # then close, the body unread
+        return handle
+    server = serve(make)
+    with LeanTransport() as transport:
+        response = post(transport, server.url(), b"x" * (16 << 20))
+    assert response.status_code == 413

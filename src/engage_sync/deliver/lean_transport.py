@@ -11,7 +11,10 @@ an `httpx.Response`, and every error is httpx's own, raised where httpx raises i
 - writing the request fails or times out: `WriteError` / `WriteTimeout` (the body is
   incomplete: the service cannot have parsed it);
 - anything after the whole request was written (no answer in time, a reset, a malformed or
-  cut answer): `ReadTimeout`, `ReadError`, `RemoteProtocolError` (it may have been processed).
+  cut answer, an informational 1xx where the final answer was due): `ReadTimeout`,
+  `ReadError`, `RemoteProtocolError` (it may have been processed);
+- a write the server cut short after answering (a 413 or 401 before it read the body): that
+  answer, as httpcore returns it.
 
 Invariants:
 - a connection serves one request at a time; it goes back to the pool only after its whole
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import http.client
 import select
-import socket
 import ssl
 import threading
 from typing import Any
@@ -116,8 +118,7 @@ class LeanTransport(httpx.BaseTransport):
         except OSError as exc:  # refused, unreachable, name unknown, TLS refused
             conn.close()
             raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+        return conn  # http.client has set TCP_NODELAY
 
 
 def _alive(conn: http.client.HTTPConnection) -> bool:
@@ -136,19 +137,47 @@ def _alive(conn: http.client.HTTPConnection) -> bool:
         return False
 
 
+_Answer = tuple[int, str, list[tuple[bytes, bytes]], bytes, bool]
+EARLY_ANSWER_WAIT = 2.0  # seconds to read an answer the server sent before closing mid-body
+
+
 def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
-              timeouts: dict[str, Any]) -> tuple[int, str, list[tuple[bytes, bytes]], bytes,
-                                                  bool]:
-    """Write the request, read the whole answer: (status, reason, headers, body, reusable)."""
+              timeouts: dict[str, Any]) -> _Answer:
+    """Write the request, read the whole answer: (status, reason, headers, body, reusable).
+    A write the server cut short may have been refused with an answer first (413, 401 or 429
+    before it read the whole body), which is read and returned, as httpcore does; without
+    one, the write's error stands (the request was not sent whole)."""
+    try:
+        _write(conn, request, timeouts.get("write"))
+    except httpx.WriteError:
+        early = _early_answer(conn, request)
+        if early is None:
+            raise
+        return early
+    return _read(conn, request, timeouts.get("read"))
+
+
+def _early_answer(conn: http.client.HTTPConnection, request: httpx.Request) -> _Answer | None:
+    """The answer a server sent before it closed a connection we were still writing to, or
+    None (then nothing was answered: the request was not sent whole)."""
+    try:
+        status, reason, headers, data, _ = _read(conn, request, EARLY_ANSWER_WAIT)
+    except httpx.TransportError:
+        return None
+    return status, reason, headers, data, False
+
+
+def _write(conn: http.client.HTTPConnection, request: httpx.Request,
+           timeout: float | None) -> None:
     body = request.read()
     target = request.url.raw_path.decode("ascii")
     assert conn.sock is not None
-    conn.sock.settimeout(timeouts.get("write"))
+    conn.sock.settimeout(timeout)
     try:
         conn.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
         for name, value in request.headers.raw:
             conn.putheader(name, value)
-        conn.endheaders(body)
+        conn.endheaders(body)  # the head, then the body: a failure leaves the body incomplete
     except ValueError:  # a header http.client refuses; its text may quote the value
         raise httpx.LocalProtocolError("an invalid header or body",
                                        request=request) from None
@@ -156,7 +185,14 @@ def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
         raise httpx.WriteTimeout(_text(exc, "writing timed out"), request=request) from exc
     except (OSError, http.client.HTTPException) as exc:
         raise httpx.WriteError(_text(exc, "writing failed"), request=request) from exc
-    conn.sock.settimeout(timeouts.get("read"))
+
+
+def _read(conn: http.client.HTTPConnection, request: httpx.Request,
+          timeout: float | None) -> _Answer:
+    """The whole answer, once the request was written: every failure is one that leaves the
+    request in doubt."""
+    assert conn.sock is not None
+    conn.sock.settimeout(timeout)
     try:
         response = conn.getresponse()
         data = response.read()
@@ -167,6 +203,14 @@ def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
                                         request=request) from exc
     except OSError as exc:
         raise httpx.ReadError(_text(exc, "reading the answer failed"), request=request) from exc
+    except Exception as exc:  # an absurd length (OverflowError, MemoryError): still an answer
+        raise httpx.RemoteProtocolError(_text(exc, "the answer could not be read"),
+                                        request=request) from exc
+    if 100 <= response.status < 200:  # http.client skips only 100 Continue; the final
+        # answer would follow on this connection, where the next request would read it
+        raise httpx.RemoteProtocolError(
+            f"an informational answer ({response.status}) came where the final one was "
+            "expected", request=request)
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.getheaders()]
     return response.status, response.reason, headers, data, not response.will_close
 

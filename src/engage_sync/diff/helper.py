@@ -86,7 +86,8 @@ def sqlite_file(engine: Engine) -> str | None:
     """The state database's file when the helper may write it with the standard library
     alone: a SQLite file named by a URL with no options; else None (it uses the state store)."""
     url = engine.url
-    if url.get_backend_name() != "sqlite" or url.query or shareable_url(engine) is None:
+    if url.get_backend_name() != "sqlite" or url.get_driver_name() != "pysqlite" \
+            or url.query or shareable_url(engine) is None:
         return None
     return url.database
 
