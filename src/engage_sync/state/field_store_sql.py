@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 
-FIELDS_TABLE = "engage_fields"  # `state.schema.fields` (a test holds them equal)
-BUSY_MS = 30_000  # as `state.schema.sqlite_pragmas`
+FIELDS_TABLE = "engage_fields"  # the name `state.schema.fields` is declared with
+BUSY_MS = 30_000  # every state connection waits this long for a lock (`schema.sqlite_pragmas`)
+SYNCHRONOUS = "NORMAL"  # and syncs at this level (WAL: at checkpoints, not every commit)
 
 
 def store_attached_sql(schema: str, table: str) -> str:
@@ -28,7 +29,7 @@ def store_sqlite_file(state_file: str, integration: str, path: str, table: str) 
     db = sqlite3.connect(state_file, isolation_level=None)
     try:
         db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
-        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
         db.execute("ATTACH DATABASE ? AS helper", (path,))
         db.execute("BEGIN IMMEDIATE")
         try:

@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from engage_sync.state.field_store_sql import BUSY_MS, FIELDS_TABLE, SYNCHRONOUS
+
 metadata = sa.MetaData()
 
 cursors = sa.Table(
@@ -118,7 +120,7 @@ acks = sa.Table(
 period: (row key, cursor value, content digest). Kept only for integrations with `lookback`."""
 
 fields = sa.Table(
-    "engage_fields",
+    FIELDS_TABLE,
     metadata,
     sa.Column("integration", sa.String(100), primary_key=True),
     sa.Column("user_key", sa.LargeBinary(16), primary_key=True),
@@ -265,12 +267,12 @@ def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     to itself, which another process migrating or writing may hold, so a connection that
     finds it busy tries a few times, then goes on (the next one switches it; WAL persists)."""
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={BUSY_MS}")
     for attempt in range(20):
         try:
             if cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
                 break
         except sqlite3.OperationalError:  # "database is locked": someone is writing
             time.sleep(0.05 * (attempt + 1))
-    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
     cur.close()
