@@ -23,7 +23,7 @@ Prefect home each time, and reports:
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
         [--no-rate-limits]
-        [--diff off|fields] [--profile]
+        [--diff off|fields] [--profile] [--state sqlite|postgres]
         [--workdir DIR] [--json]
 """
 
@@ -61,6 +61,7 @@ from pipeline_throughput import (
     warehouse_rows,
 )
 
+from tests.pg_server import PostgresServer
 from tests.prefect.conftest import _stop as stop_server
 from tests.prefect.conftest import start_prefect_server
 
@@ -174,14 +175,18 @@ def _name(pid: int) -> str:
 
 def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             profile: Path | None, served: tuple[str, Path] | None = None,
-            dlt: tuple[str, Path] | None = None) -> dict[str, Any]:
+            dlt: tuple[str, Path] | None = None, state_url: str | None = None
+            ) -> dict[str, Any]:
     """One command, timed whole. `served`: (API URL, PREFECT_HOME) of a running Prefect
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
-    PREFECT_API_URL does."""
+    PREFECT_API_URL does. `state_url`: a PostgreSQL state database, emptied first (else a
+    fresh SQLite file)."""
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
+    if state_url is not None:
+        empty_database(state_url)
     env = {**os.environ, "ENGAGE_API_KEY": API_KEY, "PREFECT_HOME": str(run_dir / "prefect"),
-           "ENGAGE_SYNC_STATE_URL": f"sqlite:///{run_dir / 'state.db'}",
+           "ENGAGE_SYNC_STATE_URL": state_url or f"sqlite:///{run_dir / 'state.db'}",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     env["ENGAGE_SYNC_PREFECT_SERVER"] = "temporary"  # the `prefect` path: Prefect's own
@@ -230,6 +235,18 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
                 cpu * 1e6 / max(record["rows_read"], 1), 1)}
 
 
+def empty_database(url: str) -> None:
+    """Every table of the PostgreSQL database at `url` dropped (a first run's state)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    finally:
+        engine.dispose()
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -273,6 +290,9 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="py-spy the last run of each path")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-user-bench"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--state", choices=("sqlite", "postgres"), default="sqlite",
+                   help="the state database: a SQLite file (the default) or a local "
+                        "PostgreSQL server that syncs its commits to disk, as in production")
     p.add_argument("--dlt-python", default=".dlt-venv/bin/python",
                    help="the `dlt` path's interpreter, with dlt installed (see dlt_track.py)")
     args = p.parse_args()
@@ -291,6 +311,9 @@ def main() -> int:
     paths = args.paths.split(",")
     results: list[dict[str, Any]] = []
     server, served = None, None
+    pg = PostgresServer(durable=True) if args.state == "postgres" else None
+    if pg is not None:
+        pg.start()
     if "prefect-served" in paths:
         home = Path(tempfile.mkdtemp(dir=workdir, prefix="prefect-served-"))
         server, api = start_prefect_server(home)
@@ -301,13 +324,15 @@ def main() -> int:
                 prof = workdir / f"{path}.prof.txt" if args.profile and k == args.runs - 1 \
                     else None
                 r = one_run(path, integration, workdir, base_url, prof, served,
-                            (args.dlt_python, warehouse))
+                            (args.dlt_python, warehouse), pg.url if pg is not None else None)
                 if prof is not None:
                     r["breakdown_pct"] = breakdown(prof)
                 results.append(r)
                 print(json.dumps(r), flush=True)
     finally:
         stop(sandbox)
+        if pg is not None:
+            pg.remove()
         if server is not None:
             stop_server(server)
         if "prefect-background" in paths:

@@ -36,7 +36,9 @@ class PostgresServer:
     """One initialised cluster on a free port; `stop` (immediate: as a lost server) and
     `start` may be called again, on the same port and data."""
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        """`durable`: commits are synced to disk, as in production (tests turn fsync off)."""
+        self.durable = durable
         bindir = find_bindir()
         if bindir is None:
             raise FileNotFoundError("no PostgreSQL binaries (initdb) found")
@@ -59,7 +61,9 @@ class PostgresServer:
                        stderr=subprocess.PIPE)
 
     def start(self) -> None:
-        opts = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off"
+        opts = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1"
+        if not self.durable:
+            opts += " -c fsync=off"
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
                   str(self.root / "log"), "-w", "start")
 

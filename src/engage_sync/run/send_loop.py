@@ -13,8 +13,8 @@ Invariants:
   flight, and the in-doubt policy decides about exactly those: nothing is lost and nothing the
   service processed is sent again. Its requests are journaled `admit` at a time (half of
   `max_in_flight`), once there is room for all of them, with the settles of the requests that
-  ended meanwhile (half the transactions of one request each: on PostgreSQL an events run of
-  1M rows took 22 s instead of 29.5);
+  ended meanwhile: half the transactions of one request each (1M events on a PostgreSQL state
+  database that syncs its commits: 13 % faster and 13 % less CPU; on SQLite about even);
 - an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room.
 """
 
