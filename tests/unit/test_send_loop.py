@@ -16,7 +16,7 @@ from engage_sync.deliver.deliverer import Delivery
 from engage_sync.items import Item
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
-from engage_sync.run.send_loop import FatalStop, Outgoing, RunContext, SendLoop
+from engage_sync.run.send_loop import SETTLE_WAIT, FatalStop, Outgoing, RunContext, SendLoop
 from engage_sync.state.records import JournalEntry, Settlement
 
 
@@ -32,13 +32,20 @@ class FakeState:
         self.groups: list[int] = []  # entries journaled by each transaction that journaled
         self.sender: SendLoop | None = None
         self.overfull = 0  # journaled while the requests in flight left no room for them
+        self.settled_at: dict[int, float] = {}
+
+    def _journaled(self, entries: list[JournalEntry]) -> None:
+        self.groups.append(len(entries))
+        if self.sender is not None and \
+                len(self.sender.in_flight) + len(entries) > self.sender.ctx.max_in_flight:
+            self.overfull += 1
 
     def journal_pending(self, run_id: str, entries: list[JournalEntry],
                         owner: str | None = None) -> None:
         with self.lock:
             self.transactions += 1
             self.journaled += [e.req_no for e in entries]
-            self.groups.append(len(entries))
+            self._journaled(entries)
 
     def settle(self, run_id: str, integration: str, settlements: list[Settlement],
                progress: Cursor | None = None, move_cursor: bool = True,
@@ -48,11 +55,9 @@ class FakeState:
             self.transactions += 1
             self.journaled += [e.req_no for e in pending]
             if pending:
-                self.groups.append(len(pending))
-            if self.sender is not None and pending and \
-                    len(self.sender.in_flight) + len(pending) > self.sender.ctx.max_in_flight:
-                self.overfull += 1
+                self._journaled(pending)
             self.settled += [(s.state, s.req_no) for s in settlements]
+            self.settled_at.update({s.req_no: time.monotonic() for s in settlements})
             if progress is not None:
                 self.progress.append(tuple(progress))
 
@@ -68,6 +73,8 @@ class FakeDeliverer:
         self.overlaps: list[set[str]] = []
         self.unjournaled = 0
         self.sent: list[str] = []
+        self.delays: dict[str, float] = {}
+        self.answered_at: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def send(self, request: Request) -> Delivery:
@@ -82,8 +89,10 @@ class FakeDeliverer:
         gate = self.gates.get(key)
         if gate is not None:
             assert gate.wait(5)
+        time.sleep(self.delays.get(key, 0))
         with self.lock:
             self.in_flight.remove(",".join(sorted(users)))
+            self.answered_at[key] = time.monotonic()
         return Delivery(self.answers.get(key, Outcome("ok", "accepted", 201)), attempts=1)
 
 
@@ -139,21 +148,66 @@ def test_an_exact_journal_settles_a_request_with_the_next_ones_journal_entry() -
     assert state.overfull == 0
 
 
-def test_an_exact_journal_admits_requests_together_once_there_is_room_for_all() -> None:
-    # four in flight at most: two requests journaled a transaction, each only when the
-    # requests in flight leave room for both (a pending entry is always really in flight)
+def _settled_in_flight(sender: SendLoop) -> None:
+    deadline = time.monotonic() + 5
+    while not all(f.done() for f in sender.in_flight):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+def test_an_exact_journal_journals_queued_requests_together_when_there_is_room() -> None:
+    # four in flight at most: requests are queued two at a time, and two with room for both
+    # are journaled in one transaction
     state = FakeState()
     deliverer = FakeDeliverer(state)
     sender, counts = loop(state, deliverer, in_flight=4)
     assert sender.admit == 2
-    for k in range(1, 41):
+    for k in range(1, 41, 2):
+        _settled_in_flight(sender)  # the service answered: room for both
         sender.submit(segment(k, f"u{k}"), k)
+        sender.submit(segment(k + 1, f"u{k + 1}"), k + 1)
     sender.drain()
     sender.close()
     assert state.groups == [2] * 20
     assert state.overfull == 0 and deliverer.unjournaled == 0
     assert sorted(n for _, n in state.settled) == list(range(1, 41))
     assert counts["synced"] == 40 and state.progress[-1] == (40,)
+
+
+def test_with_room_for_one_request_one_leaves_at_once() -> None:
+    # r1-r3 held in flight: of the queued r5 and r6 each leaves as soon as a request ends,
+    # never journaled without room (the pool does not wait for room for the pair)
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gates = {f"r{k}": threading.Event() for k in (1, 2, 3)}
+    deliverer.gates.update(gates)
+    sender, _ = loop(state, deliverer, in_flight=4)
+    for k in range(1, 7):
+        sender.submit(segment(k, f"u{k}"), k)
+    for gate in gates.values():
+        gate.set()
+    sender.drain()
+    sender.close()
+    assert state.groups == [2, 2, 1, 1] and state.overfull == 0
+    assert deliverer.sent == [f"r{k}" for k in range(1, 7)]
+
+
+def test_an_acknowledged_request_waits_unsettled_at_most_the_settle_wait() -> None:
+    # the loop waits for r1 (r7 shares its user) while r2-r6 end 30 ms apart: r2 is settled
+    # about SETTLE_WAIT after its answer, not once the others stop ending
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    deliverer.gates["r1"] = gate = threading.Event()
+    deliverer.delays.update({f"r{k}": 0.03 * (k - 1) for k in range(2, 7)})
+    sender, _ = loop(state, deliverer, in_flight=8, admit=1)
+    for k in range(1, 7):
+        sender.submit(segment(k, f"u{k}"), k)
+    threading.Timer(0.5, gate.set).start()
+    sender.submit(segment(7, "u1"), 7)  # waits for r1
+    sender.drain()
+    sender.close()
+    assert state.settled_at[2] - deliverer.answered_at["r2"] < SETTLE_WAIT + 0.1
+    assert sorted(n for _, n in state.settled) == list(range(1, 8))
 
 
 def test_a_group_stops_before_a_second_request_of_one_user() -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from engage_sync.state.field_store_sql import FIELDS_TABLE
 
 INCOMING = "engage_fields_incoming"  # a temporary table, dropped at commit
@@ -21,6 +23,15 @@ CHUNK = 10_000  # lines read from SQLite per write to the server
 
 # COPY's text format: columns split by tabs, bytea as \x and hex with its backslash doubled
 _LINE = "'\\\\x' || hex(user_key) || char(9) || rowid || char(9) || '\\\\x' || hex(digests)"
+
+
+def may_copy(conn: Connection) -> bool:
+    """Whether this path applies: PostgreSQL through psycopg, and a role that may create
+    temporary tables (some hardened databases revoke that from PUBLIC: the caller then
+    inserts row by row)."""
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg" and bool(
+        conn.exec_driver_sql(
+            "SELECT has_database_privilege(current_database(), 'TEMPORARY')").scalar())
 
 
 def copy_lines(source: sqlite3.Connection, table: str) -> Any:

@@ -35,7 +35,7 @@ import xxhash
 from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.state.field_codec import decode, encode, merged, user_key
-from engage_sync.state.field_store_pg import store_copied
+from engage_sync.state.field_store_pg import may_copy, store_copied
 from engage_sync.state.field_store_sql import store_attached_sql
 from engage_sync.state.schema import field_log, fields
 
@@ -254,11 +254,15 @@ class FieldRecord:
         source = sqlite3.connect(path)
         try:
             with self.engine.begin() as conn:
-                if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
-                    return store_copied(conn.connection.dbapi_connection, integration,
-                                        source, table)
-                return store(conn, integration, source.execute(
-                    f"SELECT user_key, digests FROM {table} ORDER BY user_key, rowid"))
+                if may_copy(conn):
+                    written = store_copied(conn.connection.dbapi_connection, integration,
+                                           source, table)
+                else:
+                    written = store(conn, integration, source.execute(
+                        f"SELECT user_key, digests FROM {table} ORDER BY user_key, rowid"))
+                if written >= ANALYZE_AFTER and conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql(f"ANALYZE {fields.name}")  # as after a large fold
+                return written
         finally:
             source.close()
 
