@@ -128,7 +128,8 @@ class SendLoop:
         self.ctx = ctx
         self.progress = progress
         self.group = GROUP if ctx.group_commits else 1
-        # exact journal: requests journaled together, once there is room for them all
+        # exact journal: requests queued before they are journaled together (as many as
+        # there is room for then)
         self.admit = max(1, ctx.max_in_flight // 2)
         self.pool = ThreadPoolExecutor(max_workers=ctx.max_in_flight,
                                        thread_name_prefix=f"send-{ctx.integration}")
@@ -186,16 +187,17 @@ class SendLoop:
         journaled in one transaction with the settles of the requests that ended, then sent
         (so a pending entry is really in flight). Returns the rest of the queue."""
         self._collect({f for f in self.in_flight if f.done()}, save=False)
+        first = self._users(queue[0])
         if not self.halted:
-            self._make_room(self._users(queue[0]))
+            self._make_room(first)
         if self.halted:  # nothing more leaves: the queue is dropped, unjournaled
             self._save()
             return []
-        group: list[tuple[Outgoing, frozenset[str]]] = []
-        seen: set[str] = set()
-        for segment in queue[:self.ctx.max_in_flight - len(self.in_flight)]:
+        group = [(queue[0], first)]
+        seen = set(first)
+        for segment in queue[1:self.ctx.max_in_flight - len(self.in_flight)]:
             users = self._users(segment)
-            if group and not (seen.isdisjoint(users) and self.users.keys().isdisjoint(users)):
+            if not (seen.isdisjoint(users) and self.users.keys().isdisjoint(users)):
                 break
             group.append((segment, users))
             seen |= users
