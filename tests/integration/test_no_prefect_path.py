@@ -36,3 +36,39 @@ def test_a_run_without_prefect_imports_no_prefect(
     record = json.loads(out[:out.rindex("PREFECT-")])
     assert (record["rows_read"], record["rows_synced"]) == (150, 150)
     assert "Traceback" not in done.stderr and "nanobind" not in done.stderr
+
+
+def test_a_run_kept_on_one_cpu_says_so_and_syncs_every_row(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    """ENGAGE_SYNC_PIN_CPU (cpu_affinity): a first diffed run, its field helper started at
+    once, on the last CPU the test may use."""
+    path = table_integration(warehouse, service, tmp_path, "attributes", user_rows(150))
+    warehouse.engine.dispose()
+    cpu = max(os.sched_getaffinity(0))
+    done = subprocess.run(
+        [sys.executable, "-m", "engage_sync.cli.main", "run", str(path), "--no-prefect",
+         "--state-url", f"sqlite:///{tmp_path / 'state.db'}"],
+        env={**os.environ, "ENGAGE_API_KEY": sandbox_key, "ENGAGE_SYNC_PIN_CPU": str(cpu),
+             "ENGAGE_SYNC_FIELD_HELPER_AFTER": "0"},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"the run's process is kept on CPU {cpu} (ENGAGE_SYNC_PIN_CPU={cpu})" in done.stderr
+    record = json.loads(done.stdout)
+    assert (record["rows_read"], record["rows_synced"]) == (150, 150)
+
+
+def test_a_bad_cpu_setting_stops_the_run_before_anything_is_sent(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
+) -> None:
+    path = table_integration(warehouse, service, tmp_path, "attributes", user_rows(10))
+    warehouse.engine.dispose()
+    done = subprocess.run(
+        [sys.executable, "-m", "engage_sync.cli.main", "run", str(path), "--no-prefect",
+         "--state-url", f"sqlite:///{tmp_path / 'state.db'}"],
+        env={**os.environ, "ENGAGE_API_KEY": sandbox_key, "ENGAGE_SYNC_PIN_CPU": "first"},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2  # the CLI's exit status for a config error
+    assert done.stderr == ("engage-sync: key ENGAGE_SYNC_PIN_CPU: must be `off`, `auto` or a "
+                           "CPU number\n")
+    assert service.requests("/users/track") == []

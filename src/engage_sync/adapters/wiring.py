@@ -28,6 +28,7 @@ from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
+from engage_sync.cpu_affinity import pin_from_env
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
@@ -194,6 +195,7 @@ def sync_file(
     the warehouse (`writeback/`), which never fails the sync. `blocks` reads Prefect Secret
     blocks (`service_key`)."""
     tune_gc()  # a sync allocates per row and frees by reference count (gc_tuning)
+    pin_from_env(os.environ)  # opt-in: before the run starts its threads (cpu_affinity)
     options = options or RunOptions()
     store = store or open_state()
     since = _utcnow()

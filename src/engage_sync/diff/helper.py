@@ -41,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
+from engage_sync.cpu_affinity import place_child
 from engage_sync.errors import ConfigError, SyncError
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ class FieldHelper:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "engage_sync.diff.helper"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=self._err, close_fds=True)
+        place_child(self._proc.pid)  # off the run's CPU when it is pinned (cpu_affinity)
         self._queue: queue.Queue[Any] = queue.Queue(QUEUED)
         self._broken: BaseException | None = None
         self._writer = threading.Thread(target=self._write, name=f"field-helper-{integration}",
