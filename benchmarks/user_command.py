@@ -22,6 +22,7 @@ Prefect home each time, and reports:
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
+        (any engage-sync path may end in `+pin`: with ENGAGE_SYNC_PIN_CPU=auto)
         [--no-rate-limits]
         [--diff off|fields] [--profile] [--state sqlite|postgres]
         [--workdir DIR] [--json]
@@ -181,7 +182,11 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
     PREFECT_API_URL does. `state_url`: a PostgreSQL state database, emptied first (else a
-    fresh SQLite file)."""
+    fresh SQLite file). A path ending in `+pin` is that path with ENGAGE_SYNC_PIN_CPU=auto
+    (the run's process on one CPU, its field helper on the others; README "A worker to
+    itself"); the other paths run with it unset."""
+    name = path
+    path, pinned = path.removesuffix("+pin"), path.endswith("+pin")
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     if state_url is not None:
         empty_database(state_url)
@@ -189,6 +194,9 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "ENGAGE_SYNC_STATE_URL": state_url or f"sqlite:///{run_dir / 'state.db'}",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
+    env.pop("ENGAGE_SYNC_PIN_CPU", None)
+    if pinned:
+        env["ENGAGE_SYNC_PIN_CPU"] = "auto"
     env["ENGAGE_SYNC_PREFECT_SERVER"] = "temporary"  # the `prefect` path: Prefect's own
     if path == "prefect-served":
         assert served is not None
@@ -223,7 +231,7 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     counters = httpx.get(f"{base_url}/_sandbox/counters", timeout=30).json()
     shutil.rmtree(run_dir, ignore_errors=True)
     record = _last_json(out)
-    return {"path": path, "wall_s": wall, "rows": record["rows_read"],
+    return {"path": name, "wall_s": wall, "rows": record["rows_read"],
             "rows_per_s": record["rows_read"] / wall,
             "peak_rss_mb": {k: round(v, 1) for k, v in sampler.peaks.items()},
             "peak_rss_sum_mb": round(sampler.peak_sum, 1),
@@ -326,7 +334,7 @@ def main() -> int:
     pg = PostgresServer(durable=True) if args.state == "postgres" else None
     if pg is not None:
         pg.start()
-    if "prefect-served" in paths:
+    if any(p.removesuffix("+pin") == "prefect-served" for p in paths):
         home = Path(tempfile.mkdtemp(dir=workdir, prefix="prefect-served-"))
         server, api = start_prefect_server(home)
         served = (api, home)
@@ -348,7 +356,7 @@ def main() -> int:
             pg.remove()
         if server is not None:
             stop_server(server)
-        if "prefect-background" in paths:
+        if any(p.removesuffix("+pin") == "prefect-background" for p in paths):
             subprocess.run([str(BIN / "prefect"), "server", "stop"], capture_output=True,
                            env={**os.environ, "PREFECT_HOME": str(workdir / "prefect-background")})
     minimum = math.ceil(args.rows / OBJECTS_PER_REQUEST)
