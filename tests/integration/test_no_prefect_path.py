@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, table_integration, user_rows
 
 PROBE = """
@@ -38,6 +41,7 @@ def test_a_run_without_prefect_imports_no_prefect(
     assert "Traceback" not in done.stderr and "nanobind" not in done.stderr
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")
 def test_a_run_kept_on_one_cpu_says_so_and_syncs_every_row(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
 ) -> None:
@@ -53,7 +57,7 @@ def test_a_run_kept_on_one_cpu_says_so_and_syncs_every_row(
              "ENGAGE_SYNC_FIELD_HELPER_AFTER": "0"},
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"the run's process is kept on CPU {cpu} (ENGAGE_SYNC_PIN_CPU={cpu})" in done.stderr
+    assert f"the run is kept on CPU {cpu} (ENGAGE_SYNC_PIN_CPU={cpu})" in done.stderr
     record = json.loads(done.stdout)
     assert (record["rows_read"], record["rows_synced"]) == (150, 150)
 
@@ -72,3 +76,9 @@ def test_a_bad_cpu_setting_stops_the_run_before_anything_is_sent(
     assert done.stderr == ("engage-sync: key ENGAGE_SYNC_PIN_CPU: must be `off`, `auto` or a "
                            "CPU number\n")
     assert service.requests("/users/track") == []
+    store = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+    try:  # recorded as the integration's run, as every config error is
+        run = store.runs_newest_first(path.stem, 0, 1)[0]
+    finally:
+        store.engine.dispose()
+    assert run["job_status"] == "config_error" and "ENGAGE_SYNC_PIN_CPU" in run["message"]

@@ -3,16 +3,18 @@ interpreter so that the test process is never pinned."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from engage_sync.cpu_affinity import busy_ticks, candidates, claim_cpu
+from engage_sync.cpu_affinity import busy_ticks, candidates, claim_cpu, pin_setting, run_pin
 from engage_sync.errors import ConfigError
 
 ALLOWED = frozenset({0, 1, 2, 3})
@@ -35,6 +37,7 @@ def test_a_number_names_that_cpu() -> None:
     ("7", "CPU 7 is not one this process may run on (0, 1, 2, 3)"),
     ("first", "must be `off`, `auto` or a CPU number"),
     ("-1", "must be `off`, `auto` or a CPU number"),
+    ("²", "must be `off`, `auto` or a CPU number"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_setting(text: str, said: str) -> None:
     with pytest.raises(ConfigError, match="ENGAGE_SYNC_PIN_CPU") as caught:
@@ -59,73 +62,150 @@ def test_a_cpu_claimed_by_another_run_is_passed_over_until_its_claim_ends(
     second = claim_cpu([3, 1], str(tmp_path))  # another open file: as another process
     assert second is not None and second[0] == 1
     assert claim_cpu([3, 1], str(tmp_path)) is None  # every CPU held: no pin
-    first[1].close()  # that run ended
+    os.close(first[1])  # that run ended
     third = claim_cpu([3, 1], str(tmp_path))
     assert third is not None and third[0] == 3
-    second[1].close()
-    third[1].close()
+    os.close(second[1])
+    os.close(third[1])
+
+
+def test_a_folder_where_no_claim_can_be_made_claims_nothing(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    assert claim_cpu([0, 1], str(not_a_folder)) is None
 
 
 def test_busy_ticks_leave_out_idle_and_io_wait(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     stat.write_text("cpu  9 9 9 9 9 9 9 9 9 9\n"
-                    "cpu0 10 1 5 1000 7 2 3 0 0 0\n"
+                    "cpu0 10 1 5 1000 7 2 3 0 4 4\n"  # guest time (the last two) is in user
                     "cpu1 1 0 1 50 0 0 0 0 0 0\nintr 5 6\n")
     assert busy_ticks(str(stat)) == {0: 21, 1: 2}
 
 
-CHILD = textwrap.dedent("""
-    import json, os, subprocess, sys, threading
-    from engage_sync.cpu_affinity import pin_from_env, place_child
-    first = os.sched_getaffinity(0)
-    cpu = pin_from_env({"ENGAGE_SYNC_PIN_CPU": sys.argv[1]}, sys.argv[2])
-    seen = {}
-    t = threading.Thread(target=lambda: seen.update(thread=sorted(os.sched_getaffinity(0))))
-    t.start(); t.join()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
-    place_child(child.pid)
-    seen.update(cpu=cpu, first=sorted(first), main=sorted(os.sched_getaffinity(0)),
-                child=sorted(os.sched_getaffinity(child.pid)),
-                again=pin_from_env({"ENGAGE_SYNC_PIN_CPU": "off"}))
-    child.kill()
-    print(json.dumps(seen))
-""")
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs Linux and two CPUs")
-def test_a_pinned_process_keeps_its_threads_on_the_cpu_and_its_child_on_the_others() -> None:
+def test_the_setting_is_checked_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pin_setting({}) is None and pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
+    assert pin_setting({"ENGAGE_SYNC_PIN_CPU": "AUTO"}) == "auto"
+    with pytest.raises(ConfigError, match="is not one this process may run on"):
+        pin_setting({"ENGAGE_SYNC_PIN_CPU": "100000"})
+    monkeypatch.delattr(os, "sched_setaffinity")
+    with pytest.raises(ConfigError, match="needs Linux"):
+        pin_setting({"ENGAGE_SYNC_PIN_CPU": "auto"})
+
+
+LINUX_2 = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux and two CPUs")
+
+
+def _in_thread(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`body` in a thread of its own: a pin never touches the test's thread."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out.update(body())
+        except BaseException as exc:  # reported by the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(60)
+    if "error" in out:
+        raise out["error"]
+    return out
+
+
+@LINUX_2
+def test_a_run_pins_its_thread_and_the_threads_it_starts_then_lets_go(tmp_path: Path) -> None:
     cpu = max(os.sched_getaffinity(0))
-    out = subprocess.run([sys.executable, "-c", CHILD, str(cpu), "unused"],
-                         capture_output=True, text=True, check=True, timeout=60)
-    seen = json.loads(out.stdout)
-    assert seen["cpu"] == cpu and seen["main"] == [cpu] and seen["thread"] == [cpu]
-    assert seen["child"] == [c for c in seen["first"] if c != cpu]
-    assert seen["again"] == cpu  # pinned once, kept: a later `off` does not unpin mid-process
-    assert "the run's process is kept on CPU" not in out.stdout  # a log line, not output
+    early = threading.Event()
+    before_run = threading.Thread(target=early.wait)  # started before the run: left alone
+    before_run.start()
+
+    def body() -> dict[str, Any]:
+        first = os.sched_getaffinity(0)
+        with run_pin(str(cpu), str(tmp_path)) as pinned:
+            started: dict[str, Any] = {}
+            t = threading.Thread(target=lambda: started.update(cpus=os.sched_getaffinity(0)))
+            t.start()
+            t.join()
+            inside = os.sched_getaffinity(0)
+            early_cpus = os.sched_getaffinity(before_run.native_id or 0)
+        return {"pinned": pinned, "inside": inside, "started": started["cpus"],
+                "early": early_cpus, "first": first, "after": os.sched_getaffinity(0)}
+
+    try:
+        seen = _in_thread(body)
+    finally:
+        early.set()
+        before_run.join()
+    assert seen["pinned"] == cpu and seen["inside"] == seen["started"] == {cpu}
+    assert seen["early"] == seen["first"] == seen["after"]
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux")
-def test_unset_leaves_the_process_and_its_child_where_they_were() -> None:
-    out = subprocess.run([sys.executable, "-c", CHILD, "off", "unused"], capture_output=True,
-                         text=True, check=True, timeout=60)
-    seen = json.loads(out.stdout)
-    assert seen["cpu"] is None and seen["again"] is None
-    assert seen["main"] == seen["thread"] == seen["child"] == seen["first"]
+@LINUX_2
+def test_a_field_helper_started_by_a_pinned_run_runs_on_the_other_cpus(tmp_path: Path) -> None:
+    from engage_sync.diff.helper import FieldHelper
+
+    cpu = min(os.sched_getaffinity(0))
+
+    def body() -> dict[str, Any]:
+        first = os.sched_getaffinity(0)
+        with run_pin(str(cpu), str(tmp_path)):
+            helper = FieldHelper("i", f"sqlite:///{tmp_path / 'state.db'}")
+            try:
+                placed = os.sched_getaffinity(helper._proc.pid)
+            finally:
+                helper.stop()
+        return {"first": first, "placed": placed}
+
+    seen = _in_thread(body)
+    assert seen["placed"] == seen["first"] - {cpu}
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs Linux and two CPUs")
+@LINUX_2
+def test_a_second_run_of_the_process_is_not_pinned_while_the_first_is(tmp_path: Path) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    holding, done = threading.Event(), threading.Event()
+
+    def first() -> dict[str, Any]:
+        with run_pin(str(cpu), str(tmp_path)) as pinned:
+            holding.set()
+            done.wait(30)
+        return {"first": pinned}
+
+    out: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: out.update(_in_thread(first)))
+    t.start()
+    assert holding.wait(30)
+
+    def second() -> dict[str, Any]:
+        with run_pin("auto", str(tmp_path)) as pinned:
+            return {"second": pinned, "cpus": os.sched_getaffinity(0)}
+
+    try:
+        seen = _in_thread(second)
+    finally:
+        done.set()
+        t.join()
+    assert out["first"] == cpu and seen["second"] is None and len(seen["cpus"]) > 1
+
+
+@LINUX_2
 def test_two_auto_runs_of_one_host_take_two_cpus_and_a_third_is_not_pinned(
         tmp_path: Path) -> None:
     """Three processes with `auto` at once, each allowed the same two CPUs and holding its
-    claim while it lives."""
+    claim while its run lasts."""
     hold = textwrap.dedent("""
         import os, sys
-        from engage_sync.cpu_affinity import pin_from_env
+        from engage_sync.cpu_affinity import run_pin
         os.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(",")})
-        print(pin_from_env({"ENGAGE_SYNC_PIN_CPU": "auto"}, sys.argv[1]), flush=True)
-        sys.stdin.read()  # hold the claim until the test lets go
+        with run_pin("auto", sys.argv[1]) as cpu:
+            print(cpu, flush=True)
+            sys.stdin.read()  # the run lasts until the test lets go
     """)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     procs: list[subprocess.Popen[str]] = []

@@ -28,7 +28,7 @@ from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
-from engage_sync.cpu_affinity import pin_from_env
+from engage_sync.cpu_affinity import pin_setting, run_pin
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
@@ -195,7 +195,6 @@ def sync_file(
     the warehouse (`writeback/`), which never fails the sync. `blocks` reads Prefect Secret
     blocks (`service_key`)."""
     tune_gc()  # a sync allocates per row and frees by reference count (gc_tuning)
-    pin_from_env(os.environ)  # opt-in: before the run starts its threads (cpu_affinity)
     options = options or RunOptions()
     store = store or open_state()
     since = _utcnow()
@@ -246,7 +245,8 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
         with _config_errors_recorded(store, integration.name):
             key = service_key(integration, blocks)
             run_budgets = budgets_for(integration, budgets)
-        with http_transport(integration) as transport:
+            pin = pin_setting(os.environ)  # opt-in: one CPU for the run (cpu_affinity)
+        with http_transport(integration) as transport, run_pin(pin):
             result = _send(path, integration, options, runner, stop, Deps(
                 engine=engine, state=store, transport=transport, api_key=key,
                 budgets=run_budgets, on_progress=on_progress, clock=clock, stop=stop))
