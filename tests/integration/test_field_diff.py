@@ -221,8 +221,8 @@ def test_sigkill_then_resume_records_only_what_the_sandbox_processed(
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path, helper: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # 267 requests. Settlements are saved 32 at a time, and at most 68 requests are handed to
-    # the sender unsettled (4 in flight + 2 groups): when request 250 is sent, at least 182
+    # 267 requests. Settlements are saved 32 at a time, and at most 72 requests are handed to
+    # the sender unsettled (8 in flight + 2 groups): when request 250 is sent, at least 178
     # were collected, so at least five groups were recorded before the kill. With a helper
     # process after 5,000 objects, the run logs the first 5,000 itself, the helper the rest.
     monkeypatch.setenv(ENV, helper)
