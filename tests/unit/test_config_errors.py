@@ -107,3 +107,13 @@ def test_diff_is_fields_by_default_and_off_or_fields_only(tmp_path: Path) -> Non
     assert load_integration(path).diff == "off"
     error = str(_refused(tmp_path, "kind: attributes\nsource: {table: U}\ndiff: yes\n"))
     assert "key 'diff'" in error and "'fields' or 'off'" in error
+
+
+def test_max_in_flight_takes_up_to_256_and_names_the_key_above(tmp_path: Path) -> None:
+    """A distant service needs many requests out at once (README, "A service across a
+    network"): 256 is accepted, 257 is a config error naming service.max_in_flight."""
+    path = tmp_path / "users.yaml"
+    path.write_text(json.dumps({**BASE, "service": {"max_in_flight": 256}}))
+    assert load_integration(path).service.max_in_flight == 256
+    error = _refused(tmp_path, json.dumps({**BASE, "service": {"max_in_flight": 257}}))
+    assert "max_in_flight" in str(error)
