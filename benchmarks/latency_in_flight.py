@@ -13,7 +13,6 @@ second (75 events each), whatever the machine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +25,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline_throughput import API_KEY, free_port, start_sandbox, stop
-from user_command import BIN, build_events, write_integration
+from pipeline_throughput import API_KEY, OBJECTS_PER_REQUEST, free_port, start_sandbox, stop
+from user_command import BIN, _last_json, build_events, write_integration
 
 
 def main() -> int:
@@ -60,12 +59,13 @@ def main() -> int:
                    "ENGAGE_SYNC_STATE_URL": f"sqlite:///{state}"}
             started = time.perf_counter()
             done = subprocess.run([str(BIN / "engage-sync"), "run", str(integration),
-                                   "--no-prefect"], env=env, capture_output=True, text=True)
+                                   "--no-prefect"], env=env, capture_output=True)
             wall = time.perf_counter() - started
             if done.returncode != 0:
-                raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-            record = json.JSONDecoder().raw_decode(done.stdout, done.stdout.rfind("\n{") + 1)[0]
-            bound = in_flight / args.delay * 75
+                raise SystemExit(f"the run failed ({done.returncode}):\n"
+                                 f"{done.stderr.decode()[-3000:]}")
+            record = _last_json(done.stdout)
+            bound = in_flight / args.delay * OBJECTS_PER_REQUEST
             print(f"max_in_flight {in_flight}: {record['rows_read'] / wall:,.0f} rows/s over "
                   f"the whole process (wall {wall:.1f} s; the bound {bound:,.0f} rows/s), "
                   f"{record['job_status']}", flush=True)

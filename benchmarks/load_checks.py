@@ -70,7 +70,7 @@ from pipeline_throughput import (
     stop,
     warehouse_rows,
 )
-from user_command import TreeRss, _last_json
+from user_command import TreeRss, _last_json, _process_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -466,7 +466,7 @@ def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
         rss.start()
         poller = ConnectionPoller(pg)
         poller.start()
-        cpu0 = _cpu_seconds(server.pid)
+        cpu0 = _process_cpu(server.pid)
         barrier = threading.Barrier(args.clients + 1)
         clients = [Client(k, base, names, args.requests, args.runs, barrier)
                    for k in range(args.clients)]
@@ -477,7 +477,7 @@ def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
         for c in clients:
             c.join()
         wall = time.perf_counter() - t0
-        server_cpu = _cpu_seconds(server.pid) - cpu0
+        server_cpu = _process_cpu(server.pid) - cpu0
         poller.stop()
         rss.done.set()
         rss.join()
@@ -512,11 +512,6 @@ def cmd_status(args: argparse.Namespace) -> dict[str, Any]:
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path,

@@ -264,11 +264,10 @@ def _children_cpu() -> float:
 
 
 def _process_cpu(pid: int | None) -> float:
-    """User + system seconds of a running process (Linux's /proc; 0 elsewhere or unset)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    """User + system seconds of a running process, from Linux's /proc (0 for no process)."""
+    if pid is None:
         return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -55,13 +55,9 @@ def pin_setting(environ: Mapping[str, str]) -> str | None:
         return None
     if not hasattr(os, "sched_setaffinity"):
         raise ConfigError("pinning to a CPU needs Linux; set it to `off`", key=ENV)
-    if text != "auto":
-        candidates(text, frozenset(os.sched_getaffinity(0)), _no_load)
+    if text != "auto":  # a number: checked against this thread's CPUs (no load is read)
+        candidates(text, frozenset(os.sched_getaffinity(0)), dict)
     return text
-
-
-def _no_load() -> dict[int, int]:
-    return {}
 
 
 def candidates(text: str, allowed: frozenset[int], busy: Callable[[], Mapping[int, int]]
