@@ -22,10 +22,11 @@ Prefect home each time, and reports:
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
-        (any engage-sync path may end in `+pin`: with ENGAGE_SYNC_PIN_CPU=auto)
+        (any engage-sync path may end in `+free`: with ENGAGE_SYNC_PIN_CPU=off; else the
+        default, the run on one CPU)
         [--no-rate-limits]
         [--diff off|fields] [--profile] [--state sqlite|postgres]
-        [--workdir DIR] [--json]
+        [--workdir DIR] [--json] [--neighbours N]
 """
 
 from __future__ import annotations
@@ -174,6 +175,14 @@ def _name(pid: int) -> str:
     return Path(words[0]).name if words else str(pid)
 
 
+FREE = "+free"
+
+
+def base_path(path: str) -> str:
+    """A path without its `+free` (ENGAGE_SYNC_PIN_CPU=off)."""
+    return path.removesuffix(FREE)
+
+
 def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             profile: Path | None, served: tuple[str, Path] | None = None,
             dlt: tuple[str, Path] | None = None, state_url: str | None = None,
@@ -182,11 +191,12 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
     PREFECT_API_URL does. `state_url`: a PostgreSQL state database, emptied first (else a
-    fresh SQLite file). A path ending in `+pin` is that path with ENGAGE_SYNC_PIN_CPU=auto
-    (the run's process on one CPU, its field helper on the others; README "A worker to
-    itself"); the other paths run with it unset."""
+    fresh SQLite file). A path ending in `+free` is that path with ENGAGE_SYNC_PIN_CPU=off
+    (the run's threads left to the kernel); the other paths run with it unset, the default
+    (the run's process on one CPU, its field helper on the others; README "One CPU for the
+    run")."""
     name = path
-    path, pinned = path.removesuffix("+pin"), path.endswith("+pin")
+    path, free = base_path(path), path.endswith(FREE)
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     if state_url is not None:
         empty_database(state_url)
@@ -195,8 +205,8 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     env.pop("ENGAGE_SYNC_PIN_CPU", None)
-    if pinned:
-        env["ENGAGE_SYNC_PIN_CPU"] = "auto"
+    if free:
+        env["ENGAGE_SYNC_PIN_CPU"] = "off"
     env["ENGAGE_SYNC_PREFECT_SERVER"] = "temporary"  # the `prefect` path: Prefect's own
     if path == "prefect-served":
         assert served is not None
@@ -309,6 +319,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="py-spy the last run of each path")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-user-bench"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--neighbours", type=int, default=0,
+                   help="busy processes (a Python loop each, on any CPU) beside every run")
     p.add_argument("--state", choices=("sqlite", "postgres"), default="sqlite",
                    help="the state database: a SQLite file (the default) or a local "
                         "PostgreSQL server that syncs its commits to disk, as in production")
@@ -333,10 +345,12 @@ def main() -> int:
     pg = PostgresServer(durable=True) if args.state == "postgres" else None
     if pg is not None:
         pg.start()
-    if any(p.removesuffix("+pin") == "prefect-served" for p in paths):
+    if any(base_path(p) == "prefect-served" for p in paths):
         home = Path(tempfile.mkdtemp(dir=workdir, prefix="prefect-served-"))
         server, api = start_prefect_server(home)
         served = (api, home)
+    neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                  for _ in range(args.neighbours)]
     try:
         for k in range(args.runs):
             for path in paths:
@@ -350,12 +364,14 @@ def main() -> int:
                 results.append(r)
                 print(json.dumps(r), flush=True)
     finally:
+        for busy in neighbours:
+            busy.kill()
         stop(sandbox)
         if pg is not None:
             pg.remove()
         if server is not None:
             stop_server(server)
-        if any(p.removesuffix("+pin") == "prefect-background" for p in paths):
+        if any(base_path(p) == "prefect-background" for p in paths):
             subprocess.run([str(BIN / "prefect"), "server", "stop"], capture_output=True,
                            env={**os.environ, "PREFECT_HOME": str(workdir / "prefect-background")})
     minimum = math.ceil(args.rows / OBJECTS_PER_REQUEST)

@@ -1,4 +1,5 @@
-"""A run kept on one CPU, its field helper on the others (opt-in: ENGAGE_SYNC_PIN_CPU).
+"""A run kept on one CPU, its field helper on the others (ENGAGE_SYNC_PIN_CPU, `auto` unless
+set to `off` or a CPU number).
 
 Why: the run's threads (the one that reads and packs, the send threads, the helper's writer)
 share one interpreter lock, so together they use at most about one core of Python. Left free,
@@ -8,12 +9,16 @@ on one CPU took a first diffed run of 1,000,000 attributes from 43,024 to 53,217
 10 % less CPU, and 1,000,000 events from 31,539 to 39,168 rows/s with 21 % less
 (benchmarks/README.md, "One core for the run's process").
 
-It is opt-in because a pin cannot follow load: on a host shared with other busy processes the
-chosen CPU may become the busiest. Use it where a run has its worker (a container or a
-machine) to itself.
+Why by default: a pin does not cost a run its share of a busy host. The kernel moves the
+host's unpinned processes off a pinned CPU (a busy neighbour started after the pin ran on the
+other CPU, and the pinned thread kept 94 % of its speed; with more neighbours than CPUs it
+kept its fair share: benchmarks/README.md, "The pin by default"), and runs of one host claim
+different CPUs. Set `off` where other processes are pinned to this worker's CPUs. A
+partitioned run is never pinned: its partitions are meant to use the cores.
 
 Invariants:
-- Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError;
+- Linux only (`os.sched_setaffinity`); elsewhere unset means `off`, and any value but `off`
+  is a ConfigError;
 - `run_pin` pins the calling thread for the run's length, and so the threads the run starts
   (they inherit it); threads started before (Prefect's own) are left as they are; at its end
   the calling thread gets back the CPUs it had;
@@ -39,6 +44,7 @@ from contextlib import contextmanager, suppress
 from engage_sync.errors import ConfigError
 
 ENV = "ENGAGE_SYNC_PIN_CPU"
+DEFAULT = "auto"  # what an unset ENV means where the pin is possible (see the module)
 SAMPLE_SECONDS = 0.05  # `auto` compares the allowed CPUs' busy time over this long
 CLAIM = "engage-sync-cpu-{}.lock"
 log = logging.getLogger("engage_sync.cpu")
@@ -48,10 +54,13 @@ _pinned: tuple[int, frozenset[int]] | None = None  # (the CPU, the thread's CPUs
 
 
 def pin_setting(environ: Mapping[str, str]) -> str | None:
-    """ENGAGE_SYNC_PIN_CPU checked: `auto`, a CPU number this thread may use, or None (unset
-    or `off`). Raises ConfigError naming the setting."""
+    """ENGAGE_SYNC_PIN_CPU checked: `auto` (also when unset, on Linux), a CPU number this
+    thread may use, or None (`off`; unset without `sched_setaffinity`). Raises ConfigError
+    naming the setting."""
     text = environ.get(ENV, "").strip().lower()
-    if text in ("", "off"):
+    if not text:
+        text = DEFAULT if hasattr(os, "sched_setaffinity") else "off"
+    if text == "off":
         return None
     if not hasattr(os, "sched_setaffinity"):
         raise ConfigError("pinning to a CPU needs Linux; set it to `off`", key=ENV)

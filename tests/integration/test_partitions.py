@@ -12,6 +12,7 @@ Prefect and Dask runners are in tests/prefect/test_partitions_dask.py).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections import Counter
@@ -245,3 +246,26 @@ def test_a_partitioned_run_reports_its_partitions_counts_together(service: Servi
     assert seen and all(s["window_rows"] == 1200 for s in seen)
     assert seen[-1]["synced"] == 1200 and seen[-1]["read"] == 1200
     store.engine.dispose()
+
+
+def test_a_partitioned_run_is_not_kept_on_one_cpu_as_a_run_in_one_process_is(
+        service: Service, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pin (cpu_affinity, `auto` by default) is for a run in one process; a partitioned
+    run's partitions are meant to use the cores. Every pin attempt logs on engage_sync.cpu
+    (pinned, or why not), so a partitioned run logs nothing there."""
+    monkeypatch.delenv("ENGAGE_SYNC_PIN_CPU", raising=False)
+    url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
+    wh = Warehouse("duckdb", url, sa.create_engine(url))
+    users = table_integration(wh, service, tmp_path, "attributes", user_rows(200, step=STEP))
+    wh.engine.dispose()
+    caplog.set_level("INFO", logger="engage_sync.cpu")
+    for partitions, state in ((2, "parts.db"), (1, "one.db")):
+        caplog.clear()
+        record = run(users, open_state(f"sqlite:///{tmp_path / state}"), partitions)
+        assert record["rows_synced"] == 200
+        said = [r.getMessage() for r in caplog.records if r.name == "engage_sync.cpu"]
+        if partitions > 1:
+            assert said == []
+        elif hasattr(os, "sched_setaffinity"):
+            assert len(said) == 1 and "ENGAGE_SYNC_PIN_CPU" in said[0], said

@@ -86,13 +86,22 @@ def test_busy_ticks_leave_out_idle_and_io_wait(tmp_path: Path) -> None:
 
 
 def test_the_setting_is_checked_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert pin_setting({}) is None and pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
+    assert pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
     assert pin_setting({"ENGAGE_SYNC_PIN_CPU": "AUTO"}) == "auto"
     with pytest.raises(ConfigError, match="is not one this process may run on"):
         pin_setting({"ENGAGE_SYNC_PIN_CPU": "100000"})
     monkeypatch.delattr(os, "sched_setaffinity")
     with pytest.raises(ConfigError, match="needs Linux"):
         pin_setting({"ENGAGE_SYNC_PIN_CPU": "auto"})
+
+
+@pytest.mark.parametrize("unset", [{}, {"ENGAGE_SYNC_PIN_CPU": " "}])
+def test_unset_means_auto_where_a_pin_is_possible_and_off_elsewhere(
+        monkeypatch: pytest.MonkeyPatch, unset: dict[str, str]) -> None:
+    if hasattr(os, "sched_setaffinity"):
+        assert pin_setting(unset) == "auto"
+    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+    assert pin_setting(unset) is None  # no error: nobody asked for a pin
 
 
 LINUX_2 = pytest.mark.skipif(

@@ -245,9 +245,9 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
         with _config_errors_recorded(store, integration.name):
             key = service_key(integration, blocks)
             run_budgets = budgets_for(integration, budgets)
-            pin = pin_setting(os.environ)  # opt-in: one CPU for the run (cpu_affinity)
-        with http_transport(integration) as transport, run_pin(pin):
-            result = _send(path, integration, options, runner, stop, Deps(
+            pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
+        with http_transport(integration) as transport:
+            result = _send(path, integration, options, runner, stop, pin, Deps(
                 engine=engine, state=store, transport=transport, api_key=key,
                 budgets=run_budgets, on_progress=on_progress, clock=clock, stop=stop))
         return RunResult(integration.name, record=result,
@@ -257,17 +257,20 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
 
 
 def _send(path: str | Path, integration: Integration, options: RunOptions,
-          runner: Runner | None, stop: StopRequest | None, deps: Deps) -> dict[str, Any]:
+          runner: Runner | None, stop: StopRequest | None, pin: str | None,
+          deps: Deps) -> dict[str, Any]:
     """The rows of failed requests first (incremental and full-resync runs), then the run
-    itself: partitioned (`runner` executes the partitions), or in this process."""
+    itself: partitioned (`runner` executes the partitions), or in this process, on the CPU
+    `pin` names (`cpu_affinity`; a partitioned run is never pinned)."""
     store = deps.state
     count = count_for(store, integration, options)
     if stop is not None and count == 1:  # a partitioned run stops as a crash does
         stop.arm(integration.service.timeout_seconds + STOP_MARGIN)
-    if options.mode in ("incremental", "full_resync"):
-        retry_failed_rows(integration, replace(deps, on_progress=None))
-    if count == 1:
-        return run_sync(integration, deps, options)
+    with run_pin(pin if count == 1 else None):
+        if options.mode in ("incremental", "full_resync"):
+            retry_failed_rows(integration, replace(deps, on_progress=None))
+        if count == 1:
+            return run_sync(integration, deps, options)
     execute = (runner or threads_runner)(integration, deps.budgets)
     with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
         return run_partitioned(str(Path(path).resolve()), integration, options, store,
