@@ -1,0 +1,33 @@
+"""Merging journal entries' item keys (`state.journal.merged_keys`): text joined, never
+parsed, so it must still be exactly the JSON of all the keys in order. Pure."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engage_sync.state.journal import merged_keys
+
+
+def test_keys_of_merged_entries_are_all_of_them_in_order() -> None:
+    texts = [json.dumps(["u1", "u2"]), json.dumps([]), json.dumps(["u3"])]
+    assert json.loads(merged_keys(texts) or "") == ["u1", "u2", "u3"]
+
+
+def test_an_entry_without_keys_leaves_the_merge_without_keys() -> None:
+    assert merged_keys([json.dumps(["u1"]), None, json.dumps(["u2"])]) is None
+
+
+def test_nothing_to_merge_is_an_empty_list() -> None:
+    assert merged_keys([]) == "[]"
+    assert merged_keys([json.dumps([]), json.dumps([])]) == "[]"
+
+
+@given(st.lists(st.lists(st.text())))
+def test_any_keys_merge_as_if_parsed_and_written_again(groups: list[list[str]]) -> None:
+    """Keys holding brackets, commas, quotes, escapes or spaces at their ends included."""
+    texts = [json.dumps(keys) for keys in groups]
+    merged = merged_keys(texts)
+    assert merged == json.dumps([k for keys in groups for k in keys])
