@@ -1,9 +1,11 @@
-"""A keep-alive HTTP/1.1 transport on the standard library's `http.client`, for httpx.
+"""A keep-alive HTTP/1.1 transport on plain sockets (`http11`), for httpx.
 
 Why: a run sends about 13,000 requests a million rows, from threads that share the GIL with
 the thread that reads and packs. httpx's own transport (httpcore and h11, pure Python) costs
-about 290 µs of CPU a request on loopback; `http.client` about 135 µs (benchmarks/README.md,
-"The lean transport"). The Deliverer still speaks httpx: it hands an `httpx.Request` and gets
+about 290 µs of CPU a request on loopback; the standard library's `http.client` about 135 µs
+(benchmarks/README.md, "The lean transport"), of which its header parsing through the `email`
+package is most; `http11` a fraction of that ("Answers read without the email package"). The
+Deliverer still speaks httpx: it hands an `httpx.Request` and gets
 an `httpx.Response`, and every error is httpx's own, raised where httpx raises it, so
 `deliver.classify` tells "not sent" from "in doubt" exactly as before:
 
@@ -30,25 +32,27 @@ a proxy keeps httpx's own transport.
 
 from __future__ import annotations
 
-import http.client
 import select
+import socket
 import ssl
 import threading
 from typing import Any
 
 import httpx
 
+from engage_sync.deliver.http11 import Answer, ProtocolError, Wire, request_head
+
 _Key = tuple[str, str, int]  # scheme, host, port
 _PORTS = {"http": 80, "https": 443}
 
 
 class LeanTransport(httpx.BaseTransport):
-    """httpx.BaseTransport over pooled `http.client` connections (see the module)."""
+    """httpx.BaseTransport over pooled keep-alive connections (see the module)."""
 
     def __init__(self, max_idle: int = 4, ssl_context: ssl.SSLContext | None = None) -> None:
         self._max_idle = max_idle
         self._ssl = ssl_context
-        self._idle: list[tuple[_Key, http.client.HTTPConnection]] = []
+        self._idle: list[tuple[_Key, Wire]] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -80,7 +84,7 @@ class LeanTransport(httpx.BaseTransport):
             conn.close()
 
     # the pool --------------------------------------------------------------------------------
-    def _take(self, key: _Key) -> http.client.HTTPConnection | None:
+    def _take(self, key: _Key) -> Wire | None:
         """An idle connection to `key` the server has not closed, or None."""
         while True:
             with self._lock:
@@ -92,40 +96,43 @@ class LeanTransport(httpx.BaseTransport):
                 return conn
             conn.close()
 
-    def _give(self, key: _Key, conn: http.client.HTTPConnection) -> None:
+    def _give(self, key: _Key, conn: Wire) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append((key, conn))
                 return
         conn.close()
 
-    def _connect(self, key: _Key, timeout: float | None,
-                 request: httpx.Request) -> http.client.HTTPConnection:
+    def _connect(self, key: _Key, timeout: float | None, request: httpx.Request) -> Wire:
         scheme, host, port = key
-        conn: http.client.HTTPConnection
-        if scheme == "https":
-            if self._ssl is None:
-                self._ssl = httpx.create_ssl_context()
-            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)
         try:
-            conn.connect()
+            sock = socket.create_connection((host, port), timeout=timeout)
         except TimeoutError as exc:
-            conn.close()
             raise httpx.ConnectTimeout(_text(exc, "connecting timed out"),
                                        request=request) from exc
-        except OSError as exc:  # refused, unreachable, name unknown, TLS refused
-            conn.close()
+        except OSError as exc:  # refused, unreachable, name unknown
             raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
-        return conn  # http.client has set TCP_NODELAY
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if scheme == "https":
+                if self._ssl is None:
+                    self._ssl = httpx.create_ssl_context()
+                sock = self._ssl.wrap_socket(sock, server_hostname=host)  # the handshake
+        except TimeoutError as exc:
+            sock.close()
+            raise httpx.ConnectTimeout(_text(exc, "connecting timed out"),
+                                       request=request) from exc
+        except OSError as exc:  # TLS refused: a certificate not trusted, a handshake cut
+            sock.close()
+            raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
+        return Wire(sock)
 
 
-def _alive(conn: http.client.HTTPConnection) -> bool:
+def _alive(conn: Wire) -> bool:
     """An idle keep-alive connection is usable while nothing is there to read: a readable one
     was closed by the server (or holds bytes nobody asked for)."""
     sock = conn.sock
-    if sock is None:
+    if conn.leftover or sock.fileno() < 0:
         return False
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return False
@@ -137,12 +144,10 @@ def _alive(conn: http.client.HTTPConnection) -> bool:
         return False
 
 
-_Answer = tuple[int, str, list[tuple[bytes, bytes]], bytes, bool]
 EARLY_ANSWER_WAIT = 2.0  # seconds to read an answer the server sent before closing mid-body
 
 
-def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
-              timeouts: dict[str, Any]) -> _Answer:
+def _exchange(conn: Wire, request: httpx.Request, timeouts: dict[str, Any]) -> Answer:
     """Write the request, read the whole answer: (status, reason, headers, body, reusable).
     A write the server cut short may have been refused with an answer first (413, 401 or 429
     before it read the whole body), which is read and returned, as httpcore does; without
@@ -157,62 +162,49 @@ def _exchange(conn: http.client.HTTPConnection, request: httpx.Request,
     return _read(conn, request, timeouts.get("read"))
 
 
-def _early_answer(conn: http.client.HTTPConnection, request: httpx.Request) -> _Answer | None:
+def _early_answer(conn: Wire, request: httpx.Request) -> Answer | None:
     """The answer a server sent before it closed a connection we were still writing to, or
     None (then nothing was answered: the request was not sent whole)."""
     try:
         status, reason, headers, data, _ = _read(conn, request, EARLY_ANSWER_WAIT)
     except httpx.TransportError:
         return None
-    return status, reason, headers, data, False
+    return Answer(status, reason, headers, data, False)
 
 
-def _write(conn: http.client.HTTPConnection, request: httpx.Request,
-           timeout: float | None) -> None:
+def _write(conn: Wire, request: httpx.Request, timeout: float | None) -> None:
     body = request.read()
-    target = request.url.raw_path.decode("ascii")
-    assert conn.sock is not None
-    conn.sock.settimeout(timeout)
     try:
-        conn.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
-        for name, value in request.headers.raw:
-            conn.putheader(name, value)
-        conn.endheaders(body)  # the head, then the body: a failure leaves the body incomplete
-    except ValueError:  # a header http.client refuses; its text may quote the value
+        head = request_head(request.method, request.url.raw_path.decode("ascii"),
+                            request.headers.raw)
+    except (ValueError, UnicodeError):  # never quote the value: it may be a secret
         raise httpx.LocalProtocolError("an invalid header or body",
                                        request=request) from None
+    conn.sock.settimeout(timeout)
+    try:
+        conn.send(head + body)  # one write: a failure leaves the body incomplete
     except TimeoutError as exc:
         raise httpx.WriteTimeout(_text(exc, "writing timed out"), request=request) from exc
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:
         raise httpx.WriteError(_text(exc, "writing failed"), request=request) from exc
 
 
-def _read(conn: http.client.HTTPConnection, request: httpx.Request,
-          timeout: float | None) -> _Answer:
+def _read(conn: Wire, request: httpx.Request, timeout: float | None) -> Answer:
     """The whole answer, once the request was written: every failure is one that leaves the
     request in doubt."""
-    assert conn.sock is not None
     conn.sock.settimeout(timeout)
     try:
-        response = conn.getresponse()
-        data = response.read()
+        return conn.answer()
     except TimeoutError as exc:
         raise httpx.ReadTimeout(_text(exc, "no answer in time"), request=request) from exc
-    except (http.client.HTTPException, ValueError) as exc:  # cut, malformed, closed early
+    except ProtocolError as exc:  # cut, malformed, closed early, a 1xx for the answer
         raise httpx.RemoteProtocolError(_text(exc, "the answer was cut or malformed"),
                                         request=request) from exc
     except OSError as exc:
         raise httpx.ReadError(_text(exc, "reading the answer failed"), request=request) from exc
-    except Exception as exc:  # an absurd length (OverflowError, MemoryError): still an answer
+    except Exception as exc:  # MemoryError and the like: still an answer we could not read
         raise httpx.RemoteProtocolError(_text(exc, "the answer could not be read"),
                                         request=request) from exc
-    if 100 <= response.status < 200:  # http.client skips only 100 Continue; the final
-        # answer would follow on this connection, where the next request would read it
-        raise httpx.RemoteProtocolError(
-            f"an informational answer ({response.status}) came where the final one was "
-            "expected", request=request)
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.getheaders()]
-    return response.status, response.reason, headers, data, not response.will_close
 
 
 def _text(exc: BaseException, fallback: str) -> str:
