@@ -23,10 +23,10 @@ Prefect home each time, and reports:
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
         (any engage-sync path may end in `+free`: with ENGAGE_SYNC_PIN_CPU=off; else the
-        default, the run on one CPU)
+        default, the run on one CPU; then in `@before`: the code of --before REVISION)
         [--no-rate-limits]
         [--diff off|fields] [--profile] [--state sqlite|postgres]
-        [--workdir DIR] [--json] [--neighbours N]
+        [--workdir DIR] [--json] [--neighbours N] [--before REVISION]
 """
 
 from __future__ import annotations
@@ -176,17 +176,31 @@ def _name(pid: int) -> str:
 
 
 FREE = "+free"
+BEFORE = "@before"
 
 
 def base_path(path: str) -> str:
-    """A path without its `+free` (ENGAGE_SYNC_PIN_CPU=off)."""
-    return path.removesuffix(FREE)
+    """A path without its `@before` (the code of --before) and `+free`
+    (ENGAGE_SYNC_PIN_CPU=off)."""
+    return path.removesuffix(BEFORE).removesuffix(FREE)
+
+
+def code_of(revision: str, workdir: Path) -> Path:
+    """The package's source at `revision` (`git archive`), for PYTHONPATH: a path ending in
+    `@before` runs it instead of the working tree, in the same sitting."""
+    where = workdir / f"src-{revision}"
+    if not where.exists():
+        where.mkdir()
+        archive = subprocess.run(["git", "archive", revision, "src"], check=True,
+                                 capture_output=True, cwd=Path(__file__).resolve().parents[1])
+        subprocess.run(["tar", "-x", "-C", str(where)], input=archive.stdout, check=True)
+    return where / "src"
 
 
 def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             profile: Path | None, served: tuple[str, Path] | None = None,
             dlt: tuple[str, Path] | None = None, state_url: str | None = None,
-            sink_pid: int | None = None) -> dict[str, Any]:
+            sink_pid: int | None = None, before: Path | None = None) -> dict[str, Any]:
     """One command, timed whole. `served`: (API URL, PREFECT_HOME) of a running Prefect
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
@@ -194,9 +208,10 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     fresh SQLite file). A path ending in `+free` is that path with ENGAGE_SYNC_PIN_CPU=off
     (the run's threads left to the kernel); the other paths run with it unset, the default
     (the run's process on one CPU, its field helper on the others; README "One CPU for the
-    run")."""
+    run"). A path ending in `@before` runs the code in `before` (`code_of`)."""
     name = path
-    path, free = base_path(path), path.endswith(FREE)
+    old = path.endswith(BEFORE)
+    path, free = base_path(path), path.removesuffix(BEFORE).endswith(FREE)
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     if state_url is not None:
         empty_database(state_url)
@@ -207,6 +222,9 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     env.pop("ENGAGE_SYNC_PIN_CPU", None)
     if free:
         env["ENGAGE_SYNC_PIN_CPU"] = "off"
+    if old:
+        assert before is not None, "a path ending in @before needs --before"
+        env["PYTHONPATH"] = str(before)
     env["ENGAGE_SYNC_PREFECT_SERVER"] = "temporary"  # the `prefect` path: Prefect's own
     if path == "prefect-served":
         assert served is not None
@@ -319,6 +337,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="py-spy the last run of each path")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-user-bench"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--before", metavar="REVISION",
+                   help="the code a path ending in @before runs (git archive of REVISION)")
     p.add_argument("--neighbours", type=int, default=0,
                    help="busy processes (a Python loop each, on any CPU) beside every run")
     p.add_argument("--state", choices=("sqlite", "postgres"), default="sqlite",
@@ -340,6 +360,7 @@ def main() -> int:
     base_url = f"http://127.0.0.1:{port}"
     integration = write_integration(workdir, warehouse, base_url, args.kind, args.diff)
     paths = args.paths.split(",")
+    before = code_of(args.before, workdir) if args.before else None
     results: list[dict[str, Any]] = []
     server, served = None, None
     pg = PostgresServer(durable=True) if args.state == "postgres" else None
@@ -358,7 +379,7 @@ def main() -> int:
                     else None
                 r = one_run(path, integration, workdir, base_url, prof, served,
                             (args.dlt_python, warehouse), pg.url if pg is not None else None,
-                            sandbox.pid)
+                            sandbox.pid, before)
                 if prof is not None:
                     r["breakdown_pct"] = breakdown(prof)
                 results.append(r)
