@@ -114,26 +114,18 @@ def test_answers_are_framed_by_length_and_chunks_and_what_follows_is_kept(
     assert (third.status, third.body, third.reusable) == (204, b"", True)
 
 
-@pytest.mark.parametrize("answer", [
-    b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}",
-    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+@pytest.mark.parametrize(("answer", "body"), [
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}", b"{}"),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", b"{}"),
+    (b"HTTP/1.1 200 OK\r\n\r\n{\"whole\":true}", b'{"whole":true}'),  # read to the close
 ])
-def test_an_answer_that_asks_to_close_or_is_http_1_0_is_not_reused(
-        wire: tuple[Wire, socket.socket], answer: bytes) -> None:
+def test_an_answer_that_asks_to_close_is_http_1_0_or_has_no_length_is_not_reused(
+        wire: tuple[Wire, socket.socket], answer: bytes, body: bytes) -> None:
     conn, peer = wire
     peer.sendall(answer)
-    got = conn.answer()
-    assert (got.body, got.reusable) == (b"{}", False)
-
-
-def test_an_answer_without_a_length_is_read_to_the_close_and_not_reused(
-        wire: tuple[Wire, socket.socket]) -> None:
-    conn, peer = wire
-    peer.sendall(b"HTTP/1.1 200 OK\r\n\r\n{\"whole\":")
-    peer.sendall(b"true}")
     peer.shutdown(socket.SHUT_WR)
     got = conn.answer()
-    assert (got.body, got.reusable) == (b'{"whole":true}', False)
+    assert (got.body, got.reusable) == (body, False)
 
 
 def test_an_informational_answer_where_the_final_one_was_due_is_named(
