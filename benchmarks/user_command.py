@@ -22,8 +22,8 @@ Prefect home each time, and reports:
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
-        (any engage-sync path may end in `+free`: with ENGAGE_SYNC_PIN_CPU=off; else the
-        default, the run on one CPU; then in `@before`: the code of --before REVISION)
+        (any engage-sync path may end in `+pin`: with ENGAGE_SYNC_PIN_CPU=auto; then in
+        `@before`: the code of --before REVISION)
         [--no-rate-limits]
         [--diff off|fields] [--profile] [--state sqlite|postgres]
         [--workdir DIR] [--json] [--neighbours N] [--before REVISION]
@@ -175,14 +175,14 @@ def _name(pid: int) -> str:
     return Path(words[0]).name if words else str(pid)
 
 
-FREE = "+free"
+PIN = "+pin"
 BEFORE = "@before"
 
 
 def base_path(path: str) -> str:
-    """A path without its `@before` (the code of --before) and `+free`
-    (ENGAGE_SYNC_PIN_CPU=off)."""
-    return path.removesuffix(BEFORE).removesuffix(FREE)
+    """A path without its `@before` (the code of --before) and `+pin`
+    (ENGAGE_SYNC_PIN_CPU=auto)."""
+    return path.removesuffix(BEFORE).removesuffix(PIN)
 
 
 def code_of(revision: str, workdir: Path) -> Path:
@@ -205,13 +205,13 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
     PREFECT_API_URL does. `state_url`: a PostgreSQL state database, emptied first (else a
-    fresh SQLite file). A path ending in `+free` is that path with ENGAGE_SYNC_PIN_CPU=off
-    (the run's threads left to the kernel); the other paths run with it unset, the default
+    fresh SQLite file). A path ending in `+pin` is that path with ENGAGE_SYNC_PIN_CPU=auto
     (the run's process on one CPU, its field helper on the others; README "One CPU for the
-    run"). A path ending in `@before` runs the code in `before` (`code_of`)."""
+    run"); the other paths run with it unset, the default. A path ending in `@before` runs
+    the code in `before` (`code_of`)."""
     name = path
     old = path.endswith(BEFORE)
-    path, free = base_path(path), path.removesuffix(BEFORE).endswith(FREE)
+    path, pinned = base_path(path), path.removesuffix(BEFORE).endswith(PIN)
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     if state_url is not None:
         empty_database(state_url)
@@ -220,8 +220,8 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     env.pop("ENGAGE_SYNC_PIN_CPU", None)
-    if free:
-        env["ENGAGE_SYNC_PIN_CPU"] = "off"
+    if pinned:
+        env["ENGAGE_SYNC_PIN_CPU"] = "auto"
     if old:
         assert before is not None, "a path ending in @before needs --before"
         env["PYTHONPATH"] = str(before)

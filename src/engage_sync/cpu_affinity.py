@@ -1,5 +1,5 @@
-"""A run kept on one CPU, its field helper on the others (ENGAGE_SYNC_PIN_CPU, `auto` unless
-set to `off` or a CPU number).
+"""A run kept on one CPU, its field helper on the others (opt-in: ENGAGE_SYNC_PIN_CPU=auto
+or a CPU number; `off` or unset leaves the run to the kernel).
 
 Why: the run's threads (the one that reads and packs, the send threads, the helper's writer)
 share one interpreter lock, so together they use at most about one core of Python. Left free,
@@ -9,16 +9,19 @@ on one CPU took a first diffed run of 1,000,000 attributes from 43,024 to 53,217
 10 % less CPU, and 1,000,000 events from 31,539 to 39,168 rows/s with 21 % less
 (benchmarks/README.md, "One core for the run's process").
 
-Why by default: a pin does not cost a run its share of a busy host. The kernel moves the
-host's unpinned processes off a pinned CPU (a busy neighbour started after the pin ran on the
-other CPU, and the pinned thread kept 94 % of its speed; with more neighbours than CPUs it
-kept its fair share: benchmarks/README.md, "The pin by default"), and runs of one host claim
-different CPUs. Set `off` where other processes are pinned to this worker's CPUs. A
-partitioned run is never pinned: its partitions are meant to use the cores.
+Why opt-in: a pin cannot follow load. Unpinned neighbours are not the risk (the kernel moves
+them off a pinned CPU: benchmarks/README.md, "The pin by default, and back"); runs that
+cannot see each other's claims are. Runs in separate containers (or services with a private
+/tmp) each claim in their own temporary directory, so two that start together can take the
+same CPU and keep it for their whole length, at half speed each. Use it where a run has its
+worker to itself, or where runs share a temporary directory. A partitioned run is never
+pinned: its partitions are meant to use the cores.
 
 Invariants:
-- Linux only (`os.sched_setaffinity`); elsewhere unset means `off`, and any value but `off`
-  is a ConfigError;
+- Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError;
+- a pin the system refuses (a sandbox's policy, CPUs taken away meanwhile) leaves the run
+  unpinned, logged, never failed; at its end the thread gets back the CPUs it had, unless
+  they were changed meanwhile (then they are left as set); a refusal then is logged too;
 - `run_pin` pins the calling thread for the run's length, and so the threads the run starts
   (they inherit it); threads started before (Prefect's own) are left as they are; at its end
   the calling thread gets back the CPUs it had;
@@ -44,7 +47,6 @@ from contextlib import contextmanager, suppress
 from engage_sync.errors import ConfigError
 
 ENV = "ENGAGE_SYNC_PIN_CPU"
-DEFAULT = "auto"  # what an unset ENV means where the pin is possible (see the module)
 SAMPLE_SECONDS = 0.05  # `auto` compares the allowed CPUs' busy time over this long
 CLAIM = "engage-sync-cpu-{}.lock"
 log = logging.getLogger("engage_sync.cpu")
@@ -54,13 +56,10 @@ _pinned: tuple[int, frozenset[int]] | None = None  # (the CPU, the thread's CPUs
 
 
 def pin_setting(environ: Mapping[str, str]) -> str | None:
-    """ENGAGE_SYNC_PIN_CPU checked: `auto` (also when unset, on Linux), a CPU number this
-    thread may use, or None (`off`; unset without `sched_setaffinity`). Raises ConfigError
-    naming the setting."""
+    """ENGAGE_SYNC_PIN_CPU checked: `auto`, a CPU number this thread may use, or None (unset
+    or `off`). Raises ConfigError naming the setting."""
     text = environ.get(ENV, "").strip().lower()
-    if not text:
-        text = DEFAULT if hasattr(os, "sched_setaffinity") else "off"
-    if text == "off":
+    if text in ("", "off"):
         return None
     if not hasattr(os, "sched_setaffinity"):
         raise ConfigError("pinning to a CPU needs Linux; set it to `off`", key=ENV)
@@ -153,7 +152,13 @@ def run_pin(setting: str | None, folder: str | None = None) -> Iterator[int | No
                      "cannot be claimed); it is not pinned", ENV)
             yield None
             return
-        os.sched_setaffinity(0, {cpu})
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError as exc:
+            log.info("%s=%s: the system refused to keep the run on CPU %d (%s); it is not "
+                     "pinned", ENV, setting, cpu, exc.strerror or exc)
+            yield None
+            return
         _pinned = (cpu, allowed)
         others = sorted(allowed - {cpu})
         log.info("the run is kept on CPU %d (%s=%s); its field helper runs on %s", cpu, ENV,
@@ -162,11 +167,25 @@ def run_pin(setting: str | None, folder: str | None = None) -> Iterator[int | No
             yield cpu
         finally:
             _pinned = None
-            os.sched_setaffinity(0, allowed)
+            _let_go(cpu, allowed)
     finally:
         if claim is not None:
             os.close(claim)
         _held.release()
+
+
+def _let_go(cpu: int, allowed: frozenset[int]) -> None:
+    """Give the calling thread back the CPUs it had before the pin on `cpu`, unless someone
+    changed its CPUs meanwhile (`taskset`): then they are left as they were set (never widen
+    what the host narrowed). A refusal is logged, not raised: the run is over."""
+    try:
+        if frozenset(os.sched_getaffinity(0)) != {cpu}:
+            log.info("%s: the run's CPUs were changed while it ran; left as they are", ENV)
+            return
+        os.sched_setaffinity(0, allowed)  # the kernel keeps it within the CPU set it allows
+    except OSError as exc:
+        log.info("%s: the run's thread could not get its CPUs back (%s)", ENV,
+                 exc.strerror or exc)
 
 
 def child_cpus() -> frozenset[int] | None:

@@ -251,10 +251,10 @@ def test_a_partitioned_run_reports_its_partitions_counts_together(service: Servi
 def test_a_partitioned_run_is_not_kept_on_one_cpu_as_a_run_in_one_process_is(
         service: Service, tmp_path: Path, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pin (cpu_affinity, `auto` by default) is for a run in one process; a partitioned
-    run's partitions are meant to use the cores. Every pin attempt logs on engage_sync.cpu
-    (pinned, or why not), so a partitioned run logs nothing there."""
-    monkeypatch.delenv("ENGAGE_SYNC_PIN_CPU", raising=False)
+    """The pin (cpu_affinity, ENGAGE_SYNC_PIN_CPU=auto) is for a run in one process; a
+    partitioned run's partitions are meant to use the cores. Every pin attempt logs on
+    engage_sync.cpu (pinned, or why not), so a partitioned run logs nothing there."""
+    monkeypatch.setenv("ENGAGE_SYNC_PIN_CPU", "auto")
     url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
     wh = Warehouse("duckdb", url, sa.create_engine(url))
     users = table_integration(wh, service, tmp_path, "attributes", user_rows(200, step=STEP))

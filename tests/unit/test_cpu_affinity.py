@@ -10,7 +10,7 @@ import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -86,22 +86,13 @@ def test_busy_ticks_leave_out_idle_and_io_wait(tmp_path: Path) -> None:
 
 
 def test_the_setting_is_checked_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
+    assert pin_setting({}) is None and pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
     assert pin_setting({"ENGAGE_SYNC_PIN_CPU": "AUTO"}) == "auto"
     with pytest.raises(ConfigError, match="is not one this process may run on"):
         pin_setting({"ENGAGE_SYNC_PIN_CPU": "100000"})
     monkeypatch.delattr(os, "sched_setaffinity")
     with pytest.raises(ConfigError, match="needs Linux"):
         pin_setting({"ENGAGE_SYNC_PIN_CPU": "auto"})
-
-
-@pytest.mark.parametrize("unset", [{}, {"ENGAGE_SYNC_PIN_CPU": " "}])
-def test_unset_means_auto_where_a_pin_is_possible_and_off_elsewhere(
-        monkeypatch: pytest.MonkeyPatch, unset: dict[str, str]) -> None:
-    if hasattr(os, "sched_setaffinity"):
-        assert pin_setting(unset) == "auto"
-    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
-    assert pin_setting(unset) is None  # no error: nobody asked for a pin
 
 
 LINUX_2 = pytest.mark.skipif(
@@ -230,3 +221,62 @@ def test_two_auto_runs_of_one_host_take_two_cpus_and_a_third_is_not_pinned(
     finally:
         for proc in procs:
             proc.communicate("", timeout=30)
+
+
+@LINUX_2
+def test_a_pin_the_system_refuses_leaves_the_run_unpinned_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A sandbox's policy (EPERM) or CPUs taken away meanwhile (EINVAL): the run goes on."""
+    def refuse(_tid: int, _cpus: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    caplog.set_level("INFO", logger="engage_sync.cpu")
+    seen = _in_thread(lambda: {"pinned": _pinned_in(run_pin("auto", str(tmp_path)))})
+    assert seen["pinned"] is None
+    assert "refused to keep the run on CPU" in caplog.text
+    assert claim_cpu([0], str(tmp_path)) is not None  # its claim was let go
+
+
+def _pinned_in(pin: Any) -> int | None:
+    with pin as cpu:
+        return cast(int | None, cpu)
+
+
+@LINUX_2
+def test_cpus_changed_while_the_run_ran_are_left_as_they_were_set(tmp_path: Path) -> None:
+    """`taskset` narrowed the run meanwhile: its end does not widen it back."""
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def body() -> dict[str, Any]:
+        with run_pin(str(cpus[0]), str(tmp_path)):
+            os.sched_setaffinity(0, {cpus[1]})  # as `taskset -a -p -c` would
+        return {"after": os.sched_getaffinity(0)}
+
+    assert _in_thread(body)["after"] == {cpus[1]}
+
+
+@LINUX_2
+def test_a_refusal_at_the_runs_end_is_not_the_runs_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.sched_setaffinity
+    calls: list[object] = []
+
+    def second_refused(tid: int, cpus: Any) -> None:
+        calls.append(cpus)
+        if len(calls) > 1:
+            raise OSError(22, "Invalid argument")
+        real(tid, cpus)
+
+    cpu = max(os.sched_getaffinity(0))
+
+    def body() -> dict[str, Any]:
+        first = os.sched_getaffinity(0)
+        with run_pin(str(cpu), str(tmp_path)) as pinned:
+            pass
+        os.sched_setaffinity = real  # this thread's own clean-up, before it ends
+        real(0, first)
+        return {"pinned": pinned}
+
+    monkeypatch.setattr(os, "sched_setaffinity", second_refused)
+    assert _in_thread(body)["pinned"] == cpu and len(calls) == 2
