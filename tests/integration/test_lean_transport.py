@@ -275,14 +275,15 @@ def test_the_wiring_sends_through_the_lean_transport_without_a_proxy(
     transport.close()
 
 
-def test_an_informational_answer_is_in_doubt_and_never_read_by_the_next_request(serve) -> None:
-    """http.client skips only 100 Continue: a 103 must not pass for the final answer, and the
-    final answer behind it must not be read by the next request on the same connection."""
+def test_an_informational_answer_is_passed_over_for_the_final_one_behind_it(serve) -> None:
+    """A 103 Early Hints before the final answer (RFC 9110 lets a client skip 1xx): the
+    request gets its own final answer, and the next request on the connection gets its own,
+    never the one left behind."""
     def make(server: Server) -> Handler:
         def handle(conn: socket.socket, number: int) -> None:
             while request := _read_request(conn):
                 server.requests.append(request)
-                if number == 0:
+                if len(server.requests) == 1:
                     conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
                     time.sleep(0.2)
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n\"first\"")
@@ -291,13 +292,36 @@ def test_an_informational_answer_is_in_doubt_and_never_read_by_the_next_request(
         return handle
     server = serve(make)
     with LeanTransport() as transport:
-        with pytest.raises(httpx.RemoteProtocolError) as info:
-            post(transport, server.url())
-        assert outcome_of(info.value) == "in_doubt"
-        time.sleep(0.3)
+        first = post(transport, server.url())
         second = post(transport, server.url())
+    assert first.status_code == 200 and first.json() == "first"
     assert second.status_code == 500 and second.json() == "second"
-    assert server.connections == 2
+    assert server.connections == 1
+
+
+def test_a_connection_idle_too_long_is_not_reused(serve) -> None:
+    """The server may be closing it right now: a request written then would be in doubt."""
+    server = serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"))
+    with LeanTransport(idle_seconds=0.1) as transport:
+        post(transport, server.url())
+        post(transport, server.url())  # at once: the same connection
+        time.sleep(0.2)
+        post(transport, server.url())  # idle too long: a new one
+    assert len(server.requests) == 3 and server.connections == 2
+
+
+def test_a_host_name_is_connected_to_as_its_ascii_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name the Host header carries (IDNA 2008), not Python's older encoding of it."""
+    asked: list[tuple[str, int]] = []
+
+    def refuse(address: tuple[str, int], timeout: float | None = None) -> socket.socket:
+        asked.append(address)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    with LeanTransport() as transport, pytest.raises(httpx.ConnectError):
+        post(transport, "http://straße.de:8080/users/track")
+    assert asked == [("xn--strae-oqa.de", 8080)]
 
 
 def test_an_answer_before_the_body_was_read_is_the_answer(serve) -> None:

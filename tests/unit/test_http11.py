@@ -128,13 +128,16 @@ def test_an_answer_that_asks_to_close_is_http_1_0_or_has_no_length_is_not_reused
     assert (got.body, got.reusable) == (body, False)
 
 
-def test_an_informational_answer_where_the_final_one_was_due_is_named(
+def test_informational_answers_are_passed_over_but_a_switch_of_protocols_is_named(
         wire: tuple[Wire, socket.socket]) -> None:
     conn, peer = wire
-    peer.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
+    peer.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 102 Processing\r\n"
+                 b"\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}"
+                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n")
+    assert (conn.answer().status, conn.leftover) == (201, True)
     with pytest.raises(Informational) as info:
         conn.answer()
-    assert info.value.status == 103 and isinstance(info.value, ProtocolError)
+    assert info.value.status == 101 and isinstance(info.value, ProtocolError)
 
 
 @pytest.mark.parametrize("answer", [

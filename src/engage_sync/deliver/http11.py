@@ -9,8 +9,9 @@ packs. Here an answer is split with bytes methods.
 Invariants:
 - `request_head` refuses (ValueError, naming no value) a method, target or header that could
   split the request: CR, LF or NUL anywhere, a header name that is not a token;
-- `Wire.answer` returns only a final answer read whole; a 100 Continue before it is skipped,
-  any other 1xx is `Informational` (the final answer would follow on this connection);
+- `Wire.answer` returns only a final answer read whole; the informational answers before it
+  (100 Continue, 102, 103 Early Hints) are skipped, as RFC 9110 lets a client; a 101 (a
+  switch of protocols nobody asked for) is `Informational`;
 - an answer cut short, malformed, or whose head or length is absurd is `ProtocolError`;
   socket errors and timeouts pass through as they are (`OSError`, `TimeoutError`), so the
   caller tells a read that failed from an answer that was wrong;
@@ -38,7 +39,7 @@ class ProtocolError(Exception):
 
 
 class Informational(ProtocolError):
-    """A 1xx other than 100 where the final answer was due."""
+    """A 101 Switching Protocols where the final answer was due."""
 
     def __init__(self, status: int) -> None:
         super().__init__(f"an informational answer ({status}) came where the final one was "
@@ -118,6 +119,7 @@ class Wire:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self.idle_since = 0.0  # when it went back to a pool (monotonic seconds)
         self._buf = bytearray()
 
     @property
@@ -138,10 +140,10 @@ class Wire:
             head = bytes(self._buf[:at])
             del self._buf[:at + 4]
             http11, status, reason, headers = parse_head(head)
-            if status == 100:
-                continue
-            if 100 < status < 200:
+            if status == 101:  # a switch of protocols nobody asked for
                 raise Informational(status)
+            if 100 <= status < 200:  # 100 Continue, 102, 103 Early Hints: the final follows
+                continue
             body, delimited = self._body(status, headers)
             close = any(b"close" in v.lower() for v in header(headers, b"connection"))
             return Answer(status, reason, headers, body, delimited and http11 and not close)

@@ -21,8 +21,9 @@ an `httpx.Response`, and every error is httpx's own, raised where httpx raises i
 Invariants:
 - a connection serves one request at a time; it goes back to the pool only after its whole
   answer was read and the answer did not ask to close it; any error closes it;
-- an idle connection the server has closed (it reads as ready before we asked anything) is
-  dropped before use, never written to, so a stale keep-alive is never a request in doubt;
+- an idle connection the server has closed (it reads as ready before we asked anything), or
+  idle longer than `IDLE_SECONDS` (the server may be closing it right now), is dropped
+  before use, never written to, so a stale keep-alive is never a request in doubt;
 - TLS is verified with httpx's own default context (certifi, or SSL_CERT_FILE / SSL_CERT_DIR);
 - at most `max_idle` idle connections are kept; thread-safe.
 
@@ -36,21 +37,27 @@ import select
 import socket
 import ssl
 import threading
+import time
 from typing import Any
 
 import httpx
 
 from engage_sync.deliver.http11 import Answer, ProtocolError, Wire, request_head
 
-_Key = tuple[str, str, int]  # scheme, host, port
+_Key = tuple[str, str, int]  # scheme, host (its ASCII form), port
 _PORTS = {"http": 80, "https": 443}
+IDLE_SECONDS = 1.0  # an idle connection older than this is dropped, not reused: below the
+# keep-alive timeouts of common servers (2-5 s), so a server's close of it cannot cross our
+# next request on the wire (which would leave that request in doubt)
 
 
 class LeanTransport(httpx.BaseTransport):
     """httpx.BaseTransport over pooled keep-alive connections (see the module)."""
 
-    def __init__(self, max_idle: int = 4, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, max_idle: int = 4, ssl_context: ssl.SSLContext | None = None,
+                 idle_seconds: float = IDLE_SECONDS) -> None:
         self._max_idle = max_idle
+        self._idle_seconds = idle_seconds
         self._ssl = ssl_context
         self._idle: list[tuple[_Key, Wire]] = []
         self._lock = threading.Lock()
@@ -61,7 +68,7 @@ class LeanTransport(httpx.BaseTransport):
         if url.scheme not in _PORTS:
             raise httpx.UnsupportedProtocol(f"the URL's scheme {url.scheme!r} is not http or "
                                             "https", request=request)
-        key = (url.scheme, url.host, url.port or _PORTS[url.scheme])
+        key = (url.scheme, url.raw_host.decode("ascii"), url.port or _PORTS[url.scheme])
         timeouts = request.extensions.get("timeout", {})
         conn = self._take(key) or self._connect(key, timeouts.get("connect"), request)
         try:
@@ -92,11 +99,12 @@ class LeanTransport(httpx.BaseTransport):
                 if at is None:
                     return None
                 conn = self._idle.pop(at)[1]
-            if _alive(conn):
+            if time.monotonic() - conn.idle_since <= self._idle_seconds and _alive(conn):
                 return conn
             conn.close()
 
     def _give(self, key: _Key, conn: Wire) -> None:
+        conn.idle_since = time.monotonic()
         with self._lock:
             if not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append((key, conn))
