@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,3 +32,13 @@ def test_any_keys_merge_as_if_parsed_and_written_again(groups: list[list[str]]) 
     texts = [json.dumps(keys) for keys in groups]
     merged = merged_keys(texts)
     assert merged == json.dumps([k for keys in groups for k in keys])
+
+
+def test_arrays_written_with_other_spacing_still_merge_into_the_same_keys() -> None:
+    assert json.loads(merged_keys([' [ "a" ] ', '["b","c"]', "\n[]\n"]) or "") == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("text", ["null", '{"a": 1}', '"a"'])
+def test_keys_that_are_not_an_array_are_refused_not_merged_into_bad_json(text: str) -> None:
+    with pytest.raises(ValueError, match="not a JSON array"):
+        merged_keys(['["a"]', text])

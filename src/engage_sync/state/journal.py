@@ -182,7 +182,13 @@ def merged_keys(keys: Iterable[str | None]) -> str | None:
     for text in keys:
         if text is None:
             return None
-        inside = text.strip()[1:-1].strip()
+        text = text.strip()
+        if not (text.startswith("[") and text.endswith("]")):  # never written so: parse it
+            parsed = json.loads(text)
+            if not isinstance(parsed, list):
+                raise ValueError("a journal entry's item keys are not a JSON array")
+            text = json.dumps(parsed)
+        inside = text[1:-1].strip()
         if inside:
             insides.append(inside)
     return "[" + ", ".join(insides) + "]"
