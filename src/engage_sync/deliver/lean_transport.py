@@ -113,25 +113,22 @@ class LeanTransport(httpx.BaseTransport):
 
     def _connect(self, key: _Key, timeout: float | None, request: httpx.Request) -> Wire:
         scheme, host, port = key
+        sock: socket.socket | None = None
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(_text(exc, "connecting timed out"),
-                                       request=request) from exc
-        except OSError as exc:  # refused, unreachable, name unknown
-            raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
-        try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if scheme == "https":
                 if self._ssl is None:
                     self._ssl = httpx.create_ssl_context()
                 sock = self._ssl.wrap_socket(sock, server_hostname=host)  # the handshake
         except TimeoutError as exc:
-            sock.close()
+            if sock is not None:
+                sock.close()
             raise httpx.ConnectTimeout(_text(exc, "connecting timed out"),
                                        request=request) from exc
-        except OSError as exc:  # TLS refused: a certificate not trusted, a handshake cut
-            sock.close()
+        except OSError as exc:  # refused, unreachable, name unknown, TLS refused
+            if sock is not None:
+                sock.close()
             raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
         return Wire(sock)
 
@@ -174,10 +171,9 @@ def _early_answer(conn: Wire, request: httpx.Request) -> Answer | None:
     """The answer a server sent before it closed a connection we were still writing to, or
     None (then nothing was answered: the request was not sent whole)."""
     try:
-        status, reason, headers, data, _ = _read(conn, request, EARLY_ANSWER_WAIT)
+        return _read(conn, request, EARLY_ANSWER_WAIT)._replace(reusable=False)
     except httpx.TransportError:
         return None
-    return Answer(status, reason, headers, data, False)
 
 
 def _write(conn: Wire, request: httpx.Request, timeout: float | None) -> None:
