@@ -1,5 +1,5 @@
-"""A run kept on one CPU, its field helper on the others (opt-in: ENGAGE_SYNC_PIN_CPU=auto
-or a CPU number; `off` or unset leaves the run to the kernel).
+"""A run kept on one CPU, its field helper on the others (ENGAGE_SYNC_PIN_CPU: `auto`, the
+default on Linux, or a CPU number; `off` leaves the run to the kernel).
 
 Why: the run's threads (the one that reads and packs, the send threads, the helper's writer)
 share one interpreter lock, so together they use at most about one core of Python. Left free,
@@ -9,16 +9,19 @@ on one CPU took a first diffed run of 1,000,000 attributes from 43,024 to 53,217
 10 % less CPU, and 1,000,000 events from 31,539 to 39,168 rows/s with 21 % less
 (benchmarks/README.md, "One core for the run's process").
 
-Why opt-in: a pin cannot follow load. Unpinned neighbours are not the risk (the kernel moves
-them off a pinned CPU: benchmarks/README.md, "The pin by default, and back"); runs that
-cannot see each other's claims are. Runs in separate containers (or services with a private
-/tmp) each claim in their own temporary directory, so two that start together can take the
-same CPU and keep it for their whole length, at half speed each. Use it where a run has its
-worker to itself, or where runs share a temporary directory. A partitioned run is never
-pinned: its partitions are meant to use the cores.
+Why `auto` is the default: it follows load (`cpu_watch`). Unpinned neighbours are not the
+risk (the kernel moves them off a pinned CPU: benchmarks/README.md, "The pin by default, and
+back"); runs that cannot see each other's claims were. Runs in separate containers (or
+services with a private /tmp) each claim in their own temporary directory, so two that start
+together can take the same CPU. Held for their whole length, that halved both; now each
+watches its CPU's load, and the first to see another's work there moves to a freer CPU, or,
+when none is, lets go of the pin. A CPU number is kept as given, never moved. A partitioned
+run is never pinned: its partitions are meant to use the cores.
 
 Invariants:
-- Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError;
+- Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError, and
+  unset is `off`; `auto` pins nothing when the run may use one CPU only, or when the CPUs'
+  load cannot be read;
 - a pin the system refuses (a sandbox's policy, CPUs taken away meanwhile) leaves the run
   unpinned, logged, never failed; at its end the thread gets back the CPUs it had, unless
   they were changed meanwhile (then they are left as set); a refusal then is logged too;
@@ -31,7 +34,11 @@ Invariants:
   `flock` on `engage-sync-cpu-N.lock`, held for the run, released by the kernel if the process
   dies); with none left, or no claim possible, the run is not pinned and says so;
 - a child process placed with `place_child` while a run holds the pin runs on the CPUs the
-  run's thread had before, less the pinned one (all of them if there is no other).
+  run's thread had before, less the pinned one (all of them if there is no other), and moves
+  with the pin;
+- `auto` moves (`move_pin`) every thread of the process on exactly the pinned CPU, so the
+  threads the run started; its claim moves with it when the new CPU's is free, else it holds
+  none; letting go (`free_pin`) gives them the CPUs the run had.
 """
 
 from __future__ import annotations
@@ -43,25 +50,44 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 
+from engage_sync.cpu_watch import Watcher, sampler
 from engage_sync.errors import ConfigError
 
 ENV = "ENGAGE_SYNC_PIN_CPU"
+DEFAULT = "auto"  # unset: `auto` on Linux, nothing elsewhere
 SAMPLE_SECONDS = 0.05  # `auto` compares the allowed CPUs' busy time over this long
 CLAIM = "engage-sync-cpu-{}.lock"
 log = logging.getLogger("engage_sync.cpu")
 
 _held = threading.Lock()  # one run of the process holds the pin
-_pinned: tuple[int, frozenset[int]] | None = None  # (the CPU, the thread's CPUs before)
+
+
+@dataclass
+class Pin:
+    """The run's pin while it holds one: its CPU (None once let go), the CPUs its thread had
+    before, its claim's descriptor, the children placed off it."""
+
+    cpu: int | None
+    allowed: frozenset[int]
+    claim: int | None = None
+    children: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_pinned: Pin | None = None
 
 
 def pin_setting(environ: Mapping[str, str]) -> str | None:
-    """ENGAGE_SYNC_PIN_CPU checked: `auto`, a CPU number this thread may use, or None (unset
-    or `off`). Raises ConfigError naming the setting."""
-    text = environ.get(ENV, "").strip().lower()
-    if text in ("", "off"):
+    """ENGAGE_SYNC_PIN_CPU checked: `auto` (also when unset, on Linux), a CPU number this
+    thread may use, or None (`off`; unset elsewhere). Raises ConfigError naming the setting."""
+    text = environ.get(ENV, "").strip().lower() or DEFAULT
+    if text == "off":
         return None
     if not hasattr(os, "sched_setaffinity"):
+        if not environ.get(ENV, "").strip():
+            return None  # the default where there is no pin: nothing to say
         raise ConfigError("pinning to a CPU needs Linux; set it to `off`", key=ENV)
     if text != "auto":  # a number: checked against this thread's CPUs (no load is read)
         candidates(text, frozenset(os.sched_getaffinity(0)), dict)
@@ -139,17 +165,11 @@ def run_pin(setting: str | None, folder: str | None = None) -> Iterator[int | No
         log.info("%s: another run of this process is pinned; this one is not", ENV)
         yield None
         return
-    claim: int | None = None
+    folder = folder or tempfile.gettempdir()
+    pin = Pin(cpu=None, allowed=frozenset(os.sched_getaffinity(0)))
     try:
-        allowed = frozenset(os.sched_getaffinity(0))
-        order = candidates(setting, allowed, busy_ticks) or []
-        cpu = order[0] if order else None
-        if setting == "auto":
-            claimed = claim_cpu(order, folder or tempfile.gettempdir())
-            cpu, claim = claimed if claimed is not None else (None, None)
+        cpu, pin.claim = _take(setting, pin.allowed, folder)
         if cpu is None:
-            log.info("%s=auto: every CPU this run may use is claimed by another run (or "
-                     "cannot be claimed); it is not pinned", ENV)
             yield None
             return
         try:
@@ -159,19 +179,116 @@ def run_pin(setting: str | None, folder: str | None = None) -> Iterator[int | No
                      "pinned", ENV, setting, cpu, exc.strerror or exc)
             yield None
             return
-        _pinned = (cpu, allowed)
-        others = sorted(allowed - {cpu})
+        pin.cpu = cpu
+        _pinned = pin
+        others = sorted(pin.allowed - {cpu})
         log.info("the run is kept on CPU %d (%s=%s); its field helper runs on %s", cpu, ENV,
                  setting, ", ".join(map(str, others)) or f"CPU {cpu} too")
+        watcher = _watch(pin, folder) if setting == "auto" else None
         try:
             yield cpu
         finally:
+            if watcher is not None:
+                watcher.stop()
             _pinned = None
-            _let_go(cpu, allowed)
+            if pin.cpu is not None:
+                _let_go(pin.cpu, pin.allowed)
     finally:
-        if claim is not None:
-            os.close(claim)
+        if pin.claim is not None:
+            os.close(pin.claim)
         _held.release()
+
+
+def _take(setting: str, allowed: frozenset[int], folder: str) -> tuple[int | None, int | None]:
+    """The CPU `setting` gives the run and its claim's descriptor (None for a number); (None,
+    None) when `auto` has nothing to take: one CPU allowed (nothing to gain, said nowhere),
+    the CPUs' load unreadable, or every CPU claimed (both logged)."""
+    if setting != "auto":
+        order = candidates(setting, allowed, busy_ticks)
+        return (order[0] if order else None), None
+    if len(allowed) < 2:
+        return None, None
+    try:
+        order = candidates(setting, allowed, busy_ticks) or []
+    except (OSError, ValueError) as exc:
+        log.info("%s=auto: the CPUs' load cannot be read (%s); the run is not pinned", ENV, exc)
+        return None, None
+    claimed = claim_cpu(order, folder)
+    if claimed is None:
+        log.info("%s=auto: every CPU this run may use is claimed by another run (or cannot "
+                 "be claimed); it is not pinned", ENV)
+        return None, None
+    return claimed
+
+
+def _watch(pin: Pin, folder: str) -> Watcher | None:
+    """A watcher that moves `pin` where its CPU is freer (`cpu_watch`), or None when the
+    CPUs' busy time cannot be read (the pin then stays where it is)."""
+    assert pin.cpu is not None
+    try:
+        sample = sampler(pin.allowed, busy_ticks, os.sysconf("SC_CLK_TCK"))
+        sample()
+    except (OSError, ValueError) as exc:
+        log.info("%s=auto: the CPUs' load cannot be read (%s); the pin will not follow it",
+                 ENV, exc)
+        return None
+    return Watcher(pin.cpu, sample, lambda cpu: move_pin(pin, cpu, folder),
+                   lambda: free_pin(pin)).start()
+
+
+def move_pin(pin: Pin, cpu: int, folder: str) -> bool:
+    """Moves the run's threads (those on exactly its CPU) and its placed children to `cpu`,
+    and its claim with them (none if another run holds `cpu`'s). False if it cannot."""
+    with pin.lock:
+        old = pin.cpu
+        if old is None or cpu not in pin.allowed:
+            return False
+        if not _retarget({old}, {cpu}):
+            return False
+        if pin.claim is not None:
+            os.close(pin.claim)
+        claimed = claim_cpu([cpu], folder)
+        pin.claim = claimed[1] if claimed is not None else None
+        pin.cpu = cpu
+        _place(pin.children, pin.allowed - {cpu} or pin.allowed)
+        return True
+
+
+def free_pin(pin: Pin) -> None:
+    """Lets go of the pin before the run's end: its threads and children get back the CPUs
+    the run had, and its claim is released."""
+    with pin.lock:
+        if pin.cpu is None:
+            return
+        _retarget({pin.cpu}, set(pin.allowed))
+        pin.cpu = None
+        if pin.claim is not None:
+            os.close(pin.claim)
+            pin.claim = None
+        _place(pin.children, pin.allowed)
+
+
+def _retarget(old: set[int], new: set[int]) -> bool:
+    """Every thread of this process whose CPUs are exactly `old` gets `new` (twice over, for
+    threads started meanwhile). False if the system refuses (logged)."""
+    for _ in range(2):
+        for task in os.listdir("/proc/self/task"):
+            try:
+                if os.sched_getaffinity(int(task)) == old:
+                    os.sched_setaffinity(int(task), new)
+            except ProcessLookupError:
+                continue  # the thread ended
+            except OSError as exc:
+                log.info("%s: the run's threads could not be moved (%s)", ENV,
+                         exc.strerror or exc)
+                return False
+    return True
+
+
+def _place(pids: list[int], cpus: frozenset[int]) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError, PermissionError):
+            os.sched_setaffinity(pid, cpus)
 
 
 def _let_go(cpu: int, allowed: frozenset[int]) -> None:
@@ -190,18 +307,21 @@ def _let_go(cpu: int, allowed: frozenset[int]) -> None:
 
 def child_cpus() -> frozenset[int] | None:
     """The CPUs a child process should run on (see the module), or None without a pin."""
-    pinned = _pinned
-    if pinned is None:
+    pin = _pinned
+    if pin is None or pin.cpu is None:
         return None
-    cpu, allowed = pinned
-    return allowed - {cpu} or allowed
+    return pin.allowed - {pin.cpu} or pin.allowed
 
 
 def place_child(pid: int) -> None:
-    """Move child process `pid` off the pinned CPU (no-op without a pin). A child that has
-    already exited is left alone."""
-    cpus = child_cpus()
-    if cpus is None:
+    """Move child process `pid` off the pinned CPU, and keep it off if the pin moves (no-op
+    without a pin). A child that has already exited is left alone."""
+    pin = _pinned
+    if pin is None:
         return
-    with suppress(ProcessLookupError):
-        os.sched_setaffinity(pid, cpus)
+    with pin.lock:
+        cpus = child_cpus()
+        if cpus is None:
+            return
+        pin.children.append(pid)
+        _place([pid], cpus)

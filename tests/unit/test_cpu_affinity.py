@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -86,11 +87,13 @@ def test_busy_ticks_leave_out_idle_and_io_wait(tmp_path: Path) -> None:
 
 
 def test_the_setting_is_checked_before_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert pin_setting({}) is None and pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
+    assert pin_setting({"ENGAGE_SYNC_PIN_CPU": " Off "}) is None
     assert pin_setting({"ENGAGE_SYNC_PIN_CPU": "AUTO"}) == "auto"
+    assert pin_setting({}) == pin_setting({"ENGAGE_SYNC_PIN_CPU": " "}) == "auto"  # the default
     with pytest.raises(ConfigError, match="is not one this process may run on"):
         pin_setting({"ENGAGE_SYNC_PIN_CPU": "100000"})
     monkeypatch.delattr(os, "sched_setaffinity")
+    assert pin_setting({}) is None  # no pin where there is none to have, and nothing said
     with pytest.raises(ConfigError, match="needs Linux"):
         pin_setting({"ENGAGE_SYNC_PIN_CPU": "auto"})
 
@@ -280,3 +283,40 @@ def test_a_refusal_at_the_runs_end_is_not_the_runs_failure(
 
     monkeypatch.setattr(os, "sched_setaffinity", second_refused)
     assert _in_thread(body)["pinned"] == cpu and len(calls) == 2
+
+
+@LINUX_2
+def test_auto_leaves_a_cpu_another_process_keeps_busy(tmp_path: Path) -> None:
+    """The pin follows load (`cpu_watch`): a process spinning on the run's CPU, pinned there
+    as a run that could not see this one's claim would be, makes the run leave that CPU
+    within a few looks (to a freer CPU, or unpinned if none is freer: on a busy host, the
+    other CPU may be taken too)."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        def body() -> dict[str, Any]:
+            with run_pin("auto", str(tmp_path)) as cpu:
+                assert cpu is not None
+                os.sched_setaffinity(spin.pid, {cpu})
+                deadline = time.monotonic() + 20
+                while os.sched_getaffinity(0) == {cpu} and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return {"cpu": cpu, "now": os.sched_getaffinity(0)}
+
+        seen = _in_thread(body)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert seen["now"] != {seen["cpu"]}, seen
+    assert seen["now"] <= os.sched_getaffinity(0)
+
+
+@LINUX_2
+def test_auto_with_one_cpu_allowed_pins_nothing(tmp_path: Path) -> None:
+    cpu = min(os.sched_getaffinity(0))
+
+    def body() -> dict[str, Any]:
+        os.sched_setaffinity(0, {cpu})  # a container given one CPU
+        with run_pin("auto", str(tmp_path)) as pinned:
+            return {"pinned": pinned}
+
+    assert _in_thread(body)["pinned"] is None
