@@ -22,8 +22,8 @@ Prefect home each time, and reports:
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
-        (any engage-sync path may end in `+pin`: with ENGAGE_SYNC_PIN_CPU=auto; then in
-        `@before`: the code of --before REVISION)
+        (any engage-sync path may end in `+pin` or `+off`: ENGAGE_SYNC_PIN_CPU=auto or off;
+        then in `@before`: the code of --before REVISION)
         [--no-rate-limits]
         [--diff off|fields] [--profile] [--state sqlite|postgres]
         [--workdir DIR] [--json] [--neighbours N] [--before REVISION]
@@ -175,14 +175,20 @@ def _name(pid: int) -> str:
     return Path(words[0]).name if words else str(pid)
 
 
-PIN = "+pin"
+PINS = {"+pin": "auto", "+off": "off"}  # a path's suffix → ENGAGE_SYNC_PIN_CPU
 BEFORE = "@before"
 
 
+def pin_of(path: str) -> str | None:
+    """ENGAGE_SYNC_PIN_CPU for a path (without its `@before`): by its suffix, else None (unset:
+    the default)."""
+    return next((v for k, v in PINS.items() if path.removesuffix(BEFORE).endswith(k)), None)
+
+
 def base_path(path: str) -> str:
-    """A path without its `@before` (the code of --before) and `+pin`
-    (ENGAGE_SYNC_PIN_CPU=auto)."""
-    return path.removesuffix(BEFORE).removesuffix(PIN)
+    """A path without its `@before` (the code of --before) and its pin suffix (`PINS`)."""
+    path = path.removesuffix(BEFORE)
+    return next((path.removesuffix(k) for k in PINS if path.endswith(k)), path)
 
 
 def code_of(revision: str, workdir: Path) -> Path:
@@ -207,11 +213,11 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     PREFECT_API_URL does. `state_url`: a PostgreSQL state database, emptied first (else a
     fresh SQLite file). A path ending in `+pin` is that path with ENGAGE_SYNC_PIN_CPU=auto
     (the run's process on one CPU, its field helper on the others; README "One CPU for the
-    run"); the other paths run with it unset, the default. A path ending in `@before` runs
-    the code in `before` (`code_of`)."""
+    run"), in `+off` with it `off`; the other paths run with it unset, the default. A path
+    ending in `@before` runs the code in `before` (`code_of`)."""
     name = path
     old = path.endswith(BEFORE)
-    path, pinned = base_path(path), path.removesuffix(BEFORE).endswith(PIN)
+    path, pin = base_path(path), pin_of(path)
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     if state_url is not None:
         empty_database(state_url)
@@ -220,8 +226,8 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     env.pop("ENGAGE_SYNC_PIN_CPU", None)
-    if pinned:
-        env["ENGAGE_SYNC_PIN_CPU"] = "auto"
+    if pin is not None:
+        env["ENGAGE_SYNC_PIN_CPU"] = pin
     if old:
         assert before is not None, "a path ending in @before needs --before"
         env["PYTHONPATH"] = str(before)
