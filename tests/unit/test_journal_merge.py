@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.state.journal import merged_keys
+from engage_sync.state.journal import json_text, merged_keys
 
 
 def test_keys_of_merged_entries_are_all_of_them_in_order() -> None:
@@ -42,3 +42,17 @@ def test_arrays_written_with_other_spacing_still_merge_into_the_same_keys() -> N
 def test_keys_that_are_not_an_array_are_refused_not_merged_into_bad_json(text: str) -> None:
     with pytest.raises(ValueError, match="not a JSON array"):
         merged_keys(['["a"]', text])
+
+
+@given(st.lists(st.lists(st.one_of(st.text(), st.none()))))
+def test_keys_journaled_by_orjson_or_json_read_and_merge_as_written(
+        groups: list[list[str | None]]) -> None:
+    """`json_text` writes the arrays (orjson; `json` for what orjson refuses, such as a lone
+    surrogate); whatever wrote them, they read back and merge to the same keys."""
+    texts = [json_text(keys) for keys in groups]
+    assert [json.loads(t) for t in texts] == groups
+    assert json.loads(merged_keys(texts) or "") == [k for keys in groups for k in keys]
+
+
+def test_a_lone_surrogate_orjson_refuses_is_journaled_by_json() -> None:
+    assert json.loads(json_text(["a\ud800"])) == ["a\ud800"]

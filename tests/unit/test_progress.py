@@ -4,6 +4,7 @@ the cutting of the source order into segments (cutter.py), without I/O."""
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from engage_sync.cursor.progress import (
     Progress,
     Segment,
+    _enc,
     decode_cursor,
     encode_cursor,
     encode_cursors,
@@ -77,6 +79,16 @@ def test_cursors_encoded_together_are_the_text_each_encodes_to_alone(
 ) -> None:
     # the journal's key values are compared with texts encode_cursor wrote (row errors, retries)
     assert encode_cursors(cursors) == [encode_cursor(c) for c in cursors]
+
+
+@given(st.lists(st.one_of(
+    _KEY_VALUES, st.datetimes(), st.dates(), st.text(alphabet=st.characters(), max_size=4),
+    st.datetimes(timezones=st.timezones()),
+    st.decimals(allow_nan=False, allow_infinity=False)), max_size=4))
+def test_a_cursor_is_encoded_to_the_very_text_json_dumps_wrote(values: list[Any]) -> None:
+    """Texts written by earlier releases are compared with new ones: the direct joining of
+    text, whole numbers and datetimes must not change a character."""
+    assert encode_cursor(values) == json.dumps([_enc(v) for v in values])
 
 
 def test_stamps_sort_like_their_times_whatever_the_zone() -> None:

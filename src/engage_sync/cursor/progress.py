@@ -170,20 +170,30 @@ def encode_cursor(cursor: Sequence[Any] | None) -> str | None:
     """A cursor tuple → JSON text; datetimes are tagged so they decode to the same type."""
     if cursor is None:
         return None
-    return json.dumps([_enc(v) for v in cursor])
+    return _encoded(cursor)
 
 
 def encode_cursors(cursors: Iterable[Sequence[Any]]) -> list[str]:
-    """`encode_cursor` of each cursor, the same text; tuples of only text and whole numbers
-    (most key columns) are joined directly instead of through `json.dumps` (4x faster)."""
-    out: list[str] = []
-    for cursor in cursors:
-        if all(type(v) is str or type(v) is int for v in cursor):
-            out.append("[" + ", ".join(_quoted(v) if type(v) is str else str(v)
-                                        for v in cursor) + "]")
+    """`encode_cursor` of each cursor, the same text."""
+    return [_encoded(cursor) for cursor in cursors]
+
+
+def _encoded(cursor: Sequence[Any]) -> str:
+    """`json.dumps` of the tagged values, the same text; tuples of only text, whole numbers
+    and datetimes (most cursors and keys) are joined directly (4x faster: a run encodes a few
+    for every request it journals)."""
+    parts: list[str] = []
+    for v in cursor:
+        kind = type(v)
+        if kind is str:
+            parts.append(_quoted(v))
+        elif kind is int:
+            parts.append(str(v))
+        elif kind is datetime:  # isoformat is ASCII that JSON needs no escape for
+            parts.append('{"dt": "' + v.isoformat() + '"}')
         else:
-            out.append(json.dumps([_enc(v) for v in cursor]))
-    return out
+            return json.dumps([_enc(x) for x in cursor])
+    return "[" + ", ".join(parts) + "]"
 
 
 def decode_cursor(text: str | None) -> Cursor | None:

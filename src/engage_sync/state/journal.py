@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 
@@ -42,10 +43,19 @@ def insert_pending(conn: Connection, run_id: str, entries: Sequence[JournalEntry
         {"run_id": run_id, "req_no": e.req_no, "start_cursor": encode_cursor(e.start),
          "end_cursor": encode_cursor(e.end), "state": "pending", "item_count": e.items,
          "synced": 0, "failed": 0, "in_doubt": 0,
-         "item_keys": None if e.keys is None else json.dumps(e.keys),
-         "item_key_values": None if e.key_values is None else json.dumps(e.key_values)}
+         "item_keys": None if e.keys is None else json_text(e.keys),
+         "item_key_values": None if e.key_values is None else json_text(e.key_values)}
         for e in entries
     ])
+
+
+def json_text(values: Sequence[str | None]) -> str:
+    """A JSON array of texts (keys, key values), by orjson (a run journals 75 for each
+    request: 6x faster than `json`); by `json` if orjson refuses (a lone surrogate)."""
+    try:
+        return orjson.dumps(values).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(values)
 
 
 def settle_entries(conn: Connection, run_id: str, settlements: Sequence[Settlement]) -> None:
