@@ -21,7 +21,8 @@ run is never pinned: its partitions are meant to use the cores.
 Invariants:
 - Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError, and
   unset is `off`; `auto` pins nothing when the run may use one CPU only, or when the CPUs'
-  load cannot be read;
+  load cannot be read or trusted (`load_reader`: a view mounted over /proc/stat, such as
+  lxcfs's in a container, or a CPU without a line);
 - a pin the system refuses (a sandbox's policy, CPUs taken away meanwhile) leaves the run
   unpinned, logged, never failed; at its end the thread gets back the CPUs it had, unless
   they were changed meanwhile (then they are left as set); a refusal then is logged too;
@@ -31,20 +32,25 @@ Invariants:
 - one run of a process holds the pin at a time; another run meanwhile is not pinned;
 - never widens what the host allowed: the CPU is one the calling thread may use;
 - `auto` takes only a CPU that no other run sharing this temporary directory has claimed (a
-  `flock` on `engage-sync-cpu-N.lock`, held for the run, released by the kernel if the process
-  dies); with none left, or no claim possible, the run is not pinned and says so;
+  `flock` on `engage-sync-cpu-N.lock`, held while the run is on that CPU, released by the
+  kernel if the process dies), the least busy, ties at random; with none left, or no claim
+  possible, the run is not pinned and says so;
 - a child process placed with `place_child` while a run holds the pin runs on the CPUs the
   run's thread had before, less the pinned one (all of them if there is no other), and moves
   with the pin;
 - `auto` moves (`move_pin`) every thread of the process on exactly the pinned CPU, so the
-  threads the run started; its claim moves with it when the new CPU's is free, else it holds
-  none; letting go (`free_pin`) gives them the CPUs the run had.
+  threads the run started, and its placed children that are still its children; it takes
+  the new CPU's claim first, and does not move if another run holds it; letting go
+  (`free_pin`) gives them the CPUs the run had and releases the claim, for the rest of the
+  run; a child placed after that gets them too;
+- a watcher that cannot be started (no thread to be had) leaves the run pinned where it is.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import tempfile
 import threading
 import time
@@ -94,12 +100,13 @@ def pin_setting(environ: Mapping[str, str]) -> str | None:
     return text
 
 
-def candidates(text: str, allowed: frozenset[int], busy: Callable[[], Mapping[int, int]]
-               ) -> list[int] | None:
+def candidates(text: str, allowed: frozenset[int], busy: Callable[[], Mapping[int, int]],
+               tiebreak: Callable[[], float] = random.random) -> list[int] | None:
     """The CPUs the setting `text` lets the run take, in order of preference, or None (`off`
     or empty): a number names one of `allowed`; `auto` gives every allowed CPU, the least
-    busy first (`busy()` read twice, `SAMPLE_SECONDS` apart; ties by number).
-    Raises ConfigError naming the setting."""
+    busy first (`busy()` read twice, `SAMPLE_SECONDS` apart; ties at random, so that runs
+    started together on idle CPUs do not all take the lowest). Raises ConfigError naming the
+    setting."""
     text = text.strip().lower()
     if text in ("", "off"):
         return None
@@ -107,7 +114,9 @@ def candidates(text: str, allowed: frozenset[int], busy: Callable[[], Mapping[in
         before = busy()
         time.sleep(SAMPLE_SECONDS)
         after = busy()
-        return sorted(allowed, key=lambda cpu: (after.get(cpu, 0) - before.get(cpu, 0), cpu))
+        ties = {cpu: tiebreak() for cpu in allowed}
+        return sorted(allowed, key=lambda cpu: (after.get(cpu, 0) - before.get(cpu, 0),
+                                                ties[cpu]))
     if not text.isdecimal() or not text.isascii():
         raise ConfigError("must be `off`, `auto` or a CPU number", key=ENV)
     if int(text) not in allowed:
@@ -139,16 +148,35 @@ def claim_cpu(order: Sequence[int], folder: str) -> tuple[int, int] | None:
 
 
 def busy_ticks(stat: str = "/proc/stat") -> dict[int, int]:
-    """Each CPU's busy clock ticks so far (all but idle and I/O wait; guest time is already in
-    user time), from /proc/stat."""
+    """Each CPU's clock ticks so far running processes: user, nice and system (guest time is
+    already in user time). Interrupts and steal are left out: a kernel that accounts them
+    apart leaves them out of the run's own CPU time too, where they would read as another's."""
     out: dict[int, int] = {}
     with open(stat, encoding="ascii") as f:
         for line in f:
             name, *fields = line.split()
             if name.startswith("cpu") and name[3:].isdigit():
-                ticks = [int(x) for x in fields[:8]]
-                out[int(name[3:])] = sum(ticks) - sum(ticks[3:5])
+                out[int(name[3:])] = sum(int(x) for x in fields[:3])
     return out
+
+
+def load_reader(allowed: frozenset[int], stat: str = "/proc/stat",
+                mountinfo: str = "/proc/self/mountinfo") -> Callable[[], dict[int, int]]:
+    """`busy_ticks` checked for the CPUs `allowed`, read once now. Raises ValueError when they
+    cannot be trusted: something is mounted over /proc/stat (lxcfs gives a container its own
+    view, renumbered, without the other containers' load), or a CPU has no line."""
+    with suppress(OSError), open(mountinfo, encoding="utf-8", errors="replace") as f:
+        if any(line.split()[4:5] == [stat] for line in f):
+            raise ValueError(f"{stat} is a view mounted over the kernel's")
+
+    def read() -> dict[int, int]:
+        ticks = busy_ticks(stat)
+        if missing := allowed - ticks.keys():
+            raise ValueError(f"{stat} has no line for CPU {min(missing)}")
+        return ticks
+
+    read()
+    return read
 
 
 @contextmanager
@@ -184,8 +212,9 @@ def run_pin(setting: str | None, folder: str | None = None) -> Iterator[int | No
         others = sorted(pin.allowed - {cpu})
         log.info("the run is kept on CPU %d (%s=%s); its field helper runs on %s", cpu, ENV,
                  setting, ", ".join(map(str, others)) or f"CPU {cpu} too")
-        watcher = _watch(pin, folder) if setting == "auto" else None
+        watcher = None
         try:
+            watcher = _watch(pin, folder) if setting == "auto" else None
             yield cpu
         finally:
             if watcher is not None:
@@ -209,7 +238,7 @@ def _take(setting: str, allowed: frozenset[int], folder: str) -> tuple[int | Non
     if len(allowed) < 2:
         return None, None
     try:
-        order = candidates(setting, allowed, busy_ticks) or []
+        order = candidates(setting, allowed, load_reader(allowed)) or []
     except (OSError, ValueError) as exc:
         log.info("%s=auto: the CPUs' load cannot be read (%s); the run is not pinned", ENV, exc)
         return None, None
@@ -226,29 +255,32 @@ def _watch(pin: Pin, folder: str) -> Watcher | None:
     CPUs' busy time cannot be read (the pin then stays where it is)."""
     assert pin.cpu is not None
     try:
-        sample = sampler(pin.allowed, busy_ticks, os.sysconf("SC_CLK_TCK"))
-        sample()
-    except (OSError, ValueError) as exc:
-        log.info("%s=auto: the CPUs' load cannot be read (%s); the pin will not follow it",
-                 ENV, exc)
+        sample = sampler(pin.allowed, load_reader(pin.allowed), os.sysconf("SC_CLK_TCK"))
+        return Watcher(pin.cpu, sample, lambda cpu: move_pin(pin, cpu, folder),
+                       lambda: free_pin(pin)).start()
+    except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: no thread to be had
+        log.info("%s=auto: the pin cannot follow the CPUs' load (%s); it stays on CPU %d",
+                 ENV, exc, pin.cpu)
         return None
-    return Watcher(pin.cpu, sample, lambda cpu: move_pin(pin, cpu, folder),
-                   lambda: free_pin(pin)).start()
 
 
 def move_pin(pin: Pin, cpu: int, folder: str) -> bool:
     """Moves the run's threads (those on exactly its CPU) and its placed children to `cpu`,
-    and its claim with them (none if another run holds `cpu`'s). False if it cannot."""
+    and its claim with them. False if it cannot: the system refuses, or another run that
+    shares the claims' folder holds `cpu`'s."""
     with pin.lock:
         old = pin.cpu
         if old is None or cpu not in pin.allowed:
             return False
+        claimed = claim_cpu([cpu], folder)
+        if claimed is None:
+            return False
         if not _retarget({old}, {cpu}):
+            os.close(claimed[1])
             return False
         if pin.claim is not None:
             os.close(pin.claim)
-        claimed = claim_cpu([cpu], folder)
-        pin.claim = claimed[1] if claimed is not None else None
+        pin.claim = claimed[1]
         pin.cpu = cpu
         _place(pin.children, pin.allowed - {cpu} or pin.allowed)
         return True
@@ -286,9 +318,22 @@ def _retarget(old: set[int], new: set[int]) -> bool:
 
 
 def _place(pids: list[int], cpus: frozenset[int]) -> None:
-    for pid in pids:
+    """`cpus` for each of `pids` still a child of this process; the others are dropped from
+    the list (an exited child's number may be another process's by now)."""
+    for pid in list(pids):
+        if not _is_child(pid):
+            pids.remove(pid)
+            continue
         with suppress(ProcessLookupError, PermissionError):
             os.sched_setaffinity(pid, cpus)
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid()
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def _let_go(cpu: int, allowed: frozenset[int]) -> None:
@@ -321,7 +366,8 @@ def place_child(pid: int) -> None:
         return
     with pin.lock:
         cpus = child_cpus()
-        if cpus is None:
+        if cpus is None:  # let go meanwhile: the child inherited the pin, so it gets all
+            _place([pid], pin.allowed)
             return
         pin.children.append(pid)
         _place([pid], cpus)

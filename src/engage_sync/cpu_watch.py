@@ -13,8 +13,11 @@ another's share is over `SHARED`:
 Invariants:
 - `choose` is pure: a look in, an action out;
 - the process's CPU time counts as the run's, including its threads on other CPUs (Prefect's
-  own): that can only hide another's share, never invent one, so the run never moves for
-  its own sake;
+  own): that can hide another's share, not invent one; busy time is user, nice and system
+  time only (`cpu_affinity.busy_ticks`), so interrupts a kernel accounts apart from the
+  run's own time do not read as another's. A child process's work does (its field helper is
+  placed off the run's CPU);
+- a run that lets go of its pin is not pinned again;
 - the watcher acts only through the callables it is given, from its own thread, and ends at
   `stop` or when it lets go; a CPU whose busy time cannot be read ends it (the pin stays).
 """
@@ -32,7 +35,7 @@ PERIOD = 0.5  # seconds between looks
 JITTER = 0.2  # each look's period varies by up to this share
 SHARED = 0.3  # another's share of the run's CPU over a look above which the run acts
 MARGIN = 0.15  # how much less busy a CPU must be than the other's share to move there
-CONFIRM = 0.2  # a move's second look lasts this share of a period, give or take half
+CONFIRM = (0.1, 1.0)  # a move's second look lasts a share of a period drawn from this range
 PATIENCE = 3  # shared looks in a row with no freer CPU before the run lets go
 STAY, MOVE, LET_GO = "stay", "move", "let go"
 log = logging.getLogger("engage_sync.cpu")
@@ -103,9 +106,11 @@ class Watcher:
         return not self._stopped.wait(self._period * (1 + JITTER * (2 * self._jitter() - 1)))
 
     def _confirm(self, after: Sample) -> tuple[Look, tuple[str, int | None, int]]:
-        """A move decided is looked at again over a short, random time (two runs that share
-        a CPU both decide to leave it; the one that confirms later sees the other gone)."""
-        if self._stopped.wait(self._period * CONFIRM * (0.5 + self._jitter())):
+        """A move decided is looked at again over a random time (two runs that share a CPU
+        both decide to leave it; the one that confirms later sees the other gone, so the
+        longer the draw's range, the likelier they confirm apart)."""
+        low, high = CONFIRM
+        if self._stopped.wait(self._period * (low + (high - low) * self._jitter())):
             return look_between(self.cpu, after, after), (STAY, None, 0)
         look = look_between(self.cpu, after, self._sample())
         return look, choose(look, 0)
@@ -130,9 +135,9 @@ class Watcher:
                     self._let_go()
                     return
                 before = after
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             log.info("the run's CPU can no longer be watched (%s); it stays on CPU %d",
-                     exc.strerror or exc, self.cpu)
+                     getattr(exc, "strerror", None) or exc, self.cpu)
 
 
 def look_between(cpu: int, before: Sample, after: Sample) -> Look:

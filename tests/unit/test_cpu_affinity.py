@@ -15,7 +15,14 @@ from typing import Any, cast
 
 import pytest
 
-from engage_sync.cpu_affinity import busy_ticks, candidates, claim_cpu, pin_setting, run_pin
+from engage_sync.cpu_affinity import (
+    busy_ticks,
+    candidates,
+    claim_cpu,
+    load_reader,
+    pin_setting,
+    run_pin,
+)
 from engage_sync.errors import ConfigError
 
 ALLOWED = frozenset({0, 1, 2, 3})
@@ -76,12 +83,42 @@ def test_a_folder_where_no_claim_can_be_made_claims_nothing(tmp_path: Path) -> N
     assert claim_cpu([0, 1], str(not_a_folder)) is None
 
 
-def test_busy_ticks_leave_out_idle_and_io_wait(tmp_path: Path) -> None:
+def test_busy_ticks_count_user_nice_and_system_only(tmp_path: Path) -> None:
+    """Idle, I/O wait, interrupts and steal left out; guest time (the last two) is in user."""
     stat = tmp_path / "stat"
     stat.write_text("cpu  9 9 9 9 9 9 9 9 9 9\n"
-                    "cpu0 10 1 5 1000 7 2 3 0 4 4\n"  # guest time (the last two) is in user
+                    "cpu0 10 1 5 1000 7 2 3 6 4 4\n"
                     "cpu1 1 0 1 50 0 0 0 0 0 0\nintr 5 6\n")
-    assert busy_ticks(str(stat)) == {0: 21, 1: 2}
+    assert busy_ticks(str(stat)) == {0: 16, 1: 2}
+
+
+def test_a_load_without_a_line_for_an_allowed_cpu_is_not_trusted(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  9 9 9 9\ncpu0 10 1 5 1000\n")
+    none = tmp_path / "mountinfo"
+    none.write_text("22 1 0:5 / /proc rw - proc proc rw\n")
+    assert load_reader(frozenset({0}), str(stat), str(none))() == {0: 16}
+    with pytest.raises(ValueError, match="no line for CPU 1"):
+        load_reader(frozenset({0, 1}), str(stat), str(none))
+
+
+def test_a_view_mounted_over_proc_stat_is_not_trusted(tmp_path: Path) -> None:
+    """lxcfs gives a container its own /proc/stat, without the other containers' load."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu0 10 1 5 1000\n")
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("22 1 0:5 / /proc rw - proc proc rw\n"
+                         f"40 22 0:44 /proc/stat {stat} rw - fuse.lxcfs lxcfs rw\n")
+    with pytest.raises(ValueError, match="mounted over"):
+        load_reader(frozenset({0}), str(stat), str(mountinfo))
+
+
+def test_cpus_equally_busy_are_offered_in_a_random_order() -> None:
+    """Runs started together on idle CPUs must not all take the lowest number."""
+    draws = iter([0.9, 0.1, 0.5])
+    readings = iter([{0: 0, 1: 0, 2: 0}, {0: 0, 1: 0, 2: 0}])
+    assert candidates("auto", frozenset({0, 1, 2}), lambda: next(readings),
+                      lambda: next(draws)) == [1, 2, 0]
 
 
 
@@ -320,3 +357,92 @@ def test_auto_with_one_cpu_allowed_pins_nothing(tmp_path: Path) -> None:
             return {"pinned": pinned}
 
     assert _in_thread(body)["pinned"] is None
+
+
+@LINUX_2
+def test_a_move_onto_a_cpu_another_run_claimed_is_refused(tmp_path: Path) -> None:
+    from engage_sync import cpu_affinity
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+
+    def body() -> dict[str, Any]:
+        with run_pin("auto", str(tmp_path)) as cpu:
+            assert cpu is not None
+            other = next(c for c in cpus if c != cpu)
+            held = claim_cpu([other], str(tmp_path))  # another run of this folder
+            assert held is not None
+            pin = cpu_affinity._pinned
+            assert pin is not None
+            moved = cpu_affinity.move_pin(pin, other, str(tmp_path))
+            os.close(held[1])
+            return {"moved": moved, "now": os.sched_getaffinity(0), "cpu": cpu}
+
+    seen = _in_thread(body)
+    assert seen["moved"] is False and seen["now"] == {seen["cpu"]}
+
+
+@LINUX_2
+def test_a_child_placed_after_the_pin_was_let_go_gets_every_cpu(tmp_path: Path) -> None:
+    from engage_sync import cpu_affinity
+
+    def body() -> dict[str, Any]:
+        with run_pin("auto", str(tmp_path)) as cpu:
+            assert cpu is not None
+            child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                     stdin=subprocess.PIPE)  # started pinned: inherits it
+            pin = cpu_affinity._pinned
+            assert pin is not None
+            cpu_affinity.free_pin(pin)
+            cpu_affinity.place_child(child.pid)
+            cpus = os.sched_getaffinity(child.pid)
+            child.communicate(b"")
+        return {"child": cpus}
+
+    assert _in_thread(body)["child"] == os.sched_getaffinity(0)
+
+
+@LINUX_2
+def test_a_placed_number_no_longer_a_child_of_the_run_is_never_moved(tmp_path: Path) -> None:
+    """A child that exited leaves its number to any process: a grandchild stands in for one
+    (its parent is not the run), listed among the placed children."""
+    from engage_sync import cpu_affinity
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; p = subprocess.Popen(['sleep', '60']); "
+         "print(p.pid, flush=True); sys.stdin.read(); p.kill()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    grandchild = int(holder.stdout.readline())
+    before = os.sched_getaffinity(grandchild)
+    try:
+        def body() -> dict[str, Any]:
+            with run_pin("auto", str(tmp_path)) as cpu:
+                assert cpu is not None
+                pin = cpu_affinity._pinned
+                assert pin is not None
+                pin.children.append(grandchild)
+                other = next(c for c in sorted(pin.allowed) if c != cpu)
+                cpu_affinity.move_pin(pin, other, str(tmp_path))
+                return {"listed": list(pin.children), "cpus": os.sched_getaffinity(grandchild)}
+
+        seen = _in_thread(body)
+    finally:
+        holder.communicate("")
+    assert seen["cpus"] == before and grandchild not in seen["listed"]
+
+
+@LINUX_2
+def test_a_watcher_that_cannot_start_leaves_the_run_pinned_not_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from engage_sync import cpu_watch
+
+    def no_thread(self: Any) -> Any:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(cpu_watch.Watcher, "start", no_thread)
+    caplog.set_level("INFO", logger="engage_sync.cpu")
+    seen = _in_thread(lambda: {"pinned": _pinned_in(run_pin("auto", str(tmp_path))),
+                               "after": os.sched_getaffinity(0)})
+    assert seen["pinned"] is not None and "cannot follow" in caplog.text
+    assert len(seen["after"]) > 1
