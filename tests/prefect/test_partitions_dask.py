@@ -213,7 +213,11 @@ def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
     env = {} if healed else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
     proc = run_flow(events, state_url, **env)
     deadline = time.monotonic() + 120
-    while len(track_log(tight)) < 70:  # of 160: the killed partitions are under way
+    # Kill early: 10 of 160 requests, while every partition (40 requests each) still has
+    # rows to send, so the busiest worker holds unfinished partitions. Killed at 70, a worker
+    # whose two partitions had just finished (its Prefect log shipping still busy) could be
+    # chosen on a loaded machine, and the run then had nothing to lose.
+    while len(track_log(tight)) < 10:
         assert proc.poll() is None, finish(proc)[2][-3000:]
         assert time.monotonic() < deadline, "the run never started sending"
         time.sleep(0.1)
@@ -249,8 +253,8 @@ def held_back(store: Any, svc: Service, rows: int) -> None:
     run = store.runs_newest_first("events", 0, 1)[0]
     assert run["job_status"] == "running"  # resumable
     children = store.partition_runs(run["run_id"])
-    assert {c["job_status"] for c in children} >= {"running"}
-    assert any(c["job_status"] == "success" for c in children)
+    finished = [c for c in children if c["job_status"] == "success"]
+    assert 0 < len(finished) < 4  # a killed partition is `running`, or never began
     sent = set(svc.event_ids())
     missing = sorted(i for i in range(rows) if f"e{i:07d}" not in sent)
     assert missing  # the stopped partitions left rows unsent
