@@ -327,6 +327,22 @@ def test_bad_events_are_rejected(payload: dict[str, Any], reason: str) -> None:
     assert reason in reject.reason
 
 
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [("{not json", "PAYLOAD is not valid JSON"), ("[1, 2]", "PAYLOAD is not a JSON object"),
+     ('"e"', "PAYLOAD is not a JSON object"), (None, "PAYLOAD is missing (NULL)")],
+)
+def test_event_payloads_that_are_not_objects_are_rejected_the_rest_kept(
+        payload: str | None, reason: str) -> None:
+    """Parsed inline for the common case; what is wrong said by `parse_payload`."""
+    good = payloads({"name": "e"})[0]
+    rows = batch(UPDATED_AT=times(3), EXTERNAL_ID=["u1", "u2", "u3"],
+                 PAYLOAD=pa.array([good, payload, good], pa.string()))
+    result = transform_batch(integration("events"), rows, 0)
+    assert [(r.seq, r.reason) for r in result.rejects] == [(1, reason)]
+    assert [i.seq for i in result.items] == [0, 2]
+
+
 def test_events_cannot_be_identified_by_phone() -> None:
     rows = batch(UPDATED_AT=times(2), PHONE=["+15551234567", None],
                  PAYLOAD=payloads({"name": "e"}, {"name": "e"}))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
@@ -41,14 +42,15 @@ def events(integration: Integration, cols: Columns, refs: list[Ref | str], sink:
     if fmt is not None:
         allowed = PURCHASE_FIELDS if purchases else EVENT_FIELDS
         labels = {f: f"{fmt.payload_column}.{f}" for f in allowed}
-        rows = [_payload_fields(raw, fmt.payload_column, allowed, purchases)
-                for raw in cols.ready(fmt.payload_column)]
+        rows = _payload_rows(cols.ready(fmt.payload_column), fmt.payload_column, allowed,
+                             purchases)
         time_trusted = False
     else:
         assert integration.mapping is not None
         spec = integration.mapping.purchase if purchases else integration.mapping.event
         assert spec is not None
         rows, labels, time_trusted = _mapped_fields(spec, cols, len(refs))
+    default_label = f"{cursor} (the default of {labels['time']})"  # once, not per row
     for i, ref in enumerate(refs):
         fields = rows[i]
         if isinstance(ref, str) or isinstance(fields, str):
@@ -56,8 +58,7 @@ def events(integration: Integration, cols: Columns, refs: list[Ref | str], sink:
             continue
         time, trusted, time_label = fields.get("time"), time_trusted, labels["time"]
         if time is None:
-            time, trusted = default_times[i], default_trusted
-            time_label = f"{cursor} (the default of {labels['time']})"
+            time, trusted, time_label = default_times[i], default_trusted, default_label
             if time is None:
                 sink.reject(i, f"{labels['time']} is missing and {cursor} is NULL")
                 continue
@@ -78,17 +79,30 @@ def events(integration: Integration, cols: Columns, refs: list[Ref | str], sink:
         sink.item(i, user, obj)
 
 
-def _payload_fields(
-    raw: Any, column: str, allowed: frozenset[str], purchases: bool
-) -> Fields | str:
-    fields = parse_payload(raw, column)
-    if isinstance(fields, str):
-        return fields
-    for name in fields:
-        if name not in allowed:
-            what = "a purchase" if purchases else "an event"
-            return f"{column} key {v.name_label(name)} is not a field of {what}"
-    return fields
+def _payload_rows(
+    raws: list[Any], column: str, allowed: frozenset[str], purchases: bool
+) -> list[Fields | str]:
+    """Each row's payload parsed, or what is wrong with it. The common case (a JSON object of
+    allowed keys) inline; `parse_payload` says what is wrong otherwise."""
+    loads = orjson.loads
+    out: list[Fields | str] = []
+    for raw in raws:
+        try:
+            fields = loads(raw)
+        except (orjson.JSONDecodeError, TypeError):
+            fields = None
+        if type(fields) is not dict:
+            fields = parse_payload(raw, column)
+            if isinstance(fields, str):
+                out.append(fields)
+                continue
+        if fields.keys() <= allowed:
+            out.append(fields)
+            continue
+        name = next(name for name in fields if name not in allowed)
+        what = "a purchase" if purchases else "an event"
+        out.append(f"{column} key {v.name_label(name)} is not a field of {what}")
+    return out
 
 
 def _mapped_fields(
