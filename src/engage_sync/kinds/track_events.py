@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
@@ -82,20 +81,14 @@ def events(integration: Integration, cols: Columns, refs: list[Ref | str], sink:
 def _payload_rows(
     raws: list[Any], column: str, allowed: frozenset[str], purchases: bool
 ) -> list[Fields | str]:
-    """Each row's payload parsed, or what is wrong with it. The common case (a JSON object of
-    allowed keys) inline; `parse_payload` says what is wrong otherwise."""
-    loads = orjson.loads
+    """Each row's payload parsed, or what is wrong with it (not JSON, not an object, a key that
+    is not a field of an event or a purchase)."""
     out: list[Fields | str] = []
     for raw in raws:
-        try:
-            fields = loads(raw)
-        except (orjson.JSONDecodeError, TypeError):
-            fields = None
-        if type(fields) is not dict:
-            fields = parse_payload(raw, column)
-            if isinstance(fields, str):
-                out.append(fields)
-                continue
+        fields = parse_payload(raw, column)
+        if isinstance(fields, str):
+            out.append(fields)
+            continue
         if fields.keys() <= allowed:
             out.append(fields)
             continue

@@ -80,6 +80,14 @@ def references(integration: Integration, cols: Columns) -> list[Ref | str]:
 
 
 def parse_payload(raw: Any, column: str) -> dict[str, Any] | str:
+    """The row's payload as a dict, or what is wrong with it. A JSON object, the common case,
+    takes one `orjson.loads`; the checks below run only when that fails."""
+    try:
+        parsed = orjson.loads(raw)
+    except (orjson.JSONDecodeError, TypeError):
+        parsed = None
+    if type(parsed) is dict:
+        return parsed
     if raw is None:
         return f"{column} is missing (NULL)"
     if isinstance(raw, dict):

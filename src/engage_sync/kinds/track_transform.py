@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
@@ -91,22 +90,15 @@ def _payload_attributes(integration: Integration, cols: Columns, refs: list[Ref 
     assert fmt is not None
     column = fmt.payload_column
     payloads = cols.ready(column)
-    loads = orjson.loads
     plain: set[str] = set()  # names this batch found good, with no rule on their values
     for i, ref in enumerate(refs):
         if isinstance(ref, str):
             sink.reject(i, ref)
             continue
-        raw = payloads[i]
-        try:  # the common case inline; parse_payload says what is wrong otherwise
-            payload = loads(raw)
-        except (orjson.JSONDecodeError, TypeError):
-            payload = None
-        if type(payload) is not dict:
-            payload = parse_payload(raw, column)
-            if isinstance(payload, str):
-                sink.reject(i, payload)
-                continue
+        payload = parse_payload(payloads[i], column)
+        if isinstance(payload, str):
+            sink.reject(i, payload)
+            continue
         problem = _payload_attributes_problem(payload, reserved, plain)
         if problem is not None:
             sink.reject(i, problem)
