@@ -16,6 +16,7 @@ from engage_sync.deliver.deliverer import Delivery
 from engage_sync.items import Item
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
+from engage_sync.run import send_loop
 from engage_sync.run.send_loop import SETTLE_WAIT, FatalStop, Outgoing, RunContext, SendLoop
 from engage_sync.state.records import JournalEntry, Settlement
 
@@ -190,6 +191,35 @@ def test_with_room_for_one_request_one_leaves_at_once() -> None:
     sender.close()
     assert state.groups == [2, 2, 1, 1] and state.overfull == 0
     assert deliverer.sent == [f"r{k}" for k in range(1, 7)]
+
+
+@pytest.mark.parametrize("spacing, r2_after, groups", [
+    (0.01, 0.05, [2, 2, 2]),  # requests end close together: r5 waits for r2, leaves with r6
+    (1.0, 0.3, [2, 2, 1, 1]),  # they end far apart: r5 leaves as soon as r1 ends
+    (0.01, 1.0, [2, 2, 1, 1]),  # r2 ends after ADMIT_WAIT: r5 has left alone by then
+], ids=["close", "far-apart", "past-the-wait"])
+def test_room_for_a_group_is_waited_for_only_when_requests_end_close_together(
+        monkeypatch: pytest.MonkeyPatch, spacing: float, r2_after: float,
+        groups: list[int]) -> None:
+    monkeypatch.setattr(send_loop, "ADMIT_WAIT", 0.3)
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    first = threading.Event()  # r1 ends when it opens, r2 `r2_after` later
+    rest = threading.Event()
+    deliverer.gates.update({"r1": first, "r2": first, "r3": rest, "r4": rest})
+    deliverer.delays["r2"] = r2_after
+    sender, _ = loop(state, deliverer, in_flight=4)
+    for k in range(1, 5):
+        sender.submit(segment(k, f"u{k}"), k)
+    sender.spacing = spacing  # how far apart requests have been ending
+    threading.Timer(0.1, first.set).start()
+    for k in (5, 6):
+        sender.submit(segment(k, f"u{k}"), k)
+    rest.set()
+    sender.drain()
+    sender.close()
+    assert state.groups == groups and state.overfull == 0
+    assert sorted(n for _, n in state.settled) == list(range(1, 7))
 
 
 def test_an_acknowledged_request_waits_unsettled_at_most_the_settle_wait() -> None:
