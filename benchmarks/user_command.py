@@ -273,6 +273,9 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             "requests": counters.get("requests", {}).get("/users/track", counters.get(
                 "requests_total")), "stderr_lines": len(err.splitlines()),
             "job_status": record["job_status"],
+            # what the CPU pin did (kept, moved, let go): a run that lost its CPU is slower
+            "pin_log": [line.split("engage_sync.", 1)[-1][:160] for line in err.decode(
+                errors="replace").splitlines() if "CPU" in line][-4:],
             # the command's processes, each waited for by its parent (the CLI, a field helper,
             # a temporary Prefect server; py-spy too when profiling): user + system seconds
             "cpu_s": round(cpu, 1), "cpu_s_per_million_rows": round(
