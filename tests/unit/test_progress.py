@@ -28,7 +28,7 @@ from engage_sync.pack.batching import Batch
 from engage_sync.read.reader import RowBatch
 from engage_sync.run.cutter import Cutter
 from engage_sync.run.resume import Skipper
-from engage_sync.run.send_loop import Outgoing
+from engage_sync.run.settlement import Outgoing
 from engage_sync.state.records import JournalEntry
 
 

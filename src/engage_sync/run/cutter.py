@@ -18,7 +18,7 @@ from engage_sync.cursor.progress import Cursor, Progress, Segment, stamp
 from engage_sync.items import Item
 from engage_sync.pack.batching import Batch, Packer
 from engage_sync.read.reader import RowBatch
-from engage_sync.run.send_loop import Outgoing
+from engage_sync.run.settlement import Outgoing
 
 
 class Cutter:

@@ -28,25 +28,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from engage_sync.cursor.progress import Cursor, Progress, Segment, digest
+from engage_sync.cursor.progress import Cursor, Progress, digest
 from engage_sync.deliver.deliverer import Deliverer
-from engage_sync.deliver.doubled import resent_after_doubt
 from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable, RunStopped
 from engage_sync.items import Item, users_of
-from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
-from engage_sync.read.reader import RowBatch, key_values
+from engage_sync.read.reader import key_values
+from engage_sync.run.settlement import Outgoing, never_sent, refused, settlement_of
 from engage_sync.state.fields import unknown_fields
 from engage_sync.state.records import JournalEntry, Settlement
-from engage_sync.state.row_errors import (
-    AFTER_DOUBT,
-    item_of,
-    request_position,
-    unmapped_position,
-)
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger("engage_sync.run.send_loop")
@@ -55,46 +48,6 @@ GROUP = 32
 SETTLE_WAIT = 0.05  # seconds an acknowledged request may wait unsettled while the loop waits
 ADMIT_WAIT = 0.005  # seconds admission may wait for room for more than one request, when
 # requests end more often than that (at the service's ceiling on loopback, one a millisecond)
-
-
-@dataclass
-class Outgoing(Segment):
-    """A segment that is one request: its journal entry, its batch, with lookback the cursor
-    stamp of each item (what the ack records) and, once answered, the items the service
-    acknowledged (whose field digests and data points are recorded)."""
-
-    entry: JournalEntry | None = None
-    batch: Batch | None = None
-    stamps: tuple[str, ...] = ()
-    acked: tuple[Item, ...] = ()
-    sources: tuple[RowBatch, ...] = ()
-    """The batches its items were read from, until it is settled (their key values)."""
-
-
-def _never_sent(future: Future[Any]) -> RateBudgetUnavailable | None:
-    """The shared rate budget was lost before the request left: the run must stop."""
-    error = future.exception()
-    return error if isinstance(error, RateBudgetUnavailable) else None
-
-
-def _refused(future: Future[Any]) -> bool:
-    """The service refused the credentials (401/403): the request was not processed."""
-    return future.exception() is None and future.result().outcome.kind == "fatal"
-
-
-def _with_key_values(segment: Outgoing, settlement: Settlement) -> Settlement:
-    """The settlement with the key values of the rows it names (failed, in doubt, doubled),
-    read from the batches the request's items came from."""
-    named = [*settlement.failed, *settlement.in_doubt, *settlement.duplicated]
-    if not named or segment.batch is None:
-        return settlement
-    items = segment.batch.items
-    values: dict[str, str | None] = {}
-    for position, _, _ in named:
-        k = item_of(position)
-        if k is not None and k < len(items):
-            values[position] = key_values(segment.sources, items[k].seq)
-    return replace(settlement, key_values=values)
 
 
 class FatalStop(FatalDeliveryError):
@@ -282,20 +235,22 @@ class SendLoop:
                 self.users[u] -= 1
                 if not self.users[u]:
                     del self.users[u]
-            if (lost := _never_sent(future)) is not None:
+            if (lost := never_sent(future)) is not None:
                 # not settled: the cursor stops before it and the next run sends it
                 self.stopped = self.stopped or lost
                 if isinstance(lost, RunStopped) and segment.entry is not None:
                     self.unsent.append(segment.entry.req_no)
                 continue
-            if _refused(future):
+            if refused(future):
                 # 401/403 (or refused unsent after one): nothing was processed. Not settled,
                 # so the cursor stops before it and the next run sends it again.
                 self.fatal = self.fatal or future.result().outcome.reason
                 continue
             if not self.unsaved:
                 self.unsaved_since = time.monotonic()
-            self.unsaved.append((segment, self._settlement(segment, future)))
+            self.unsaved.append((segment, settlement_of(
+                segment, future, self.ctx.counts, self.ctx.integration,
+                self.ctx.names_duplicates)))
             segment.settled = True
             segment.sources = ()  # the batches read may go
         if save and len(self.unsaved) >= self.group:
@@ -335,65 +290,6 @@ class SendLoop:
             else:
                 out += [(i.user, i.fields) for i in segment.acked if i.fields]
         return out
-
-    def _settlement(self, segment: Outgoing, future: Future[Any]) -> Settlement:
-        """How the request ended, with the rows that may be doubled (`deliver.doubled`) and
-        the key values of every row named."""
-        settlement = self._ended(segment, future)
-        if not self.ctx.names_duplicates or future.exception() is not None \
-                or not resent_after_doubt(future.result()):
-            return _with_key_values(segment, settlement)
-        assert segment.batch is not None
-        failed = {position for position, _, _ in settlement.failed}
-        doubled = [(p, item.key, AFTER_DOUBT) for p, item in
-                   ((request_position(settlement.req_no, k), item)
-                    for k, item in enumerate(segment.batch.items)) if p not in failed]
-        self.ctx.counts["duplicated"] = self.ctx.counts.get("duplicated", 0) + len(doubled)
-        return _with_key_values(segment, replace(settlement, duplicated=doubled))
-
-    def _ended(self, segment: Outgoing, future: Future[Any]) -> Settlement:
-        assert segment.batch is not None and segment.entry is not None
-        items, req_no, counts = segment.batch.items, segment.entry.req_no, self.ctx.counts
-
-        def rows(reason: str, errors: dict[int, str] | None = None
-                 ) -> list[tuple[str, str, str]]:
-            errors = errors or {}
-            return [(request_position(req_no, k), i.key, errors.get(k, reason))
-                    for k, i in enumerate(items)]
-
-        try:
-            outcome = future.result().outcome
-        except Exception as exc:  # a bug or an unexpected library error: rows stay in doubt
-            log.exception("integration %s: request %s crashed", self.ctx.integration, req_no)
-            reason = f"internal error while sending: {type(exc).__name__}"
-            counts["in_doubt"] += len(items)
-            return Settlement(req_no, "in_doubt", 0, in_doubt=rows(reason), reason=reason)
-        unmapped = self._unmapped(req_no, outcome.unmapped_errors)
-        if outcome.kind == "ok":
-            failed = [(request_position(req_no, k), items[k].key, reason)
-                      for k, reason in sorted(outcome.item_errors.items())]
-            counts["synced"] += len(items) - len(failed)
-            counts["failed"] += len(failed)
-            segment.acked = tuple(i for k, i in enumerate(items) if k not in outcome.item_errors)
-            return Settlement(req_no, "acked", len(items) - len(failed), failed=failed,
-                              unmapped=unmapped)
-        if outcome.kind == "in_doubt":
-            counts["in_doubt"] += len(items)
-            return Settlement(req_no, "in_doubt", 0, in_doubt=rows(outcome.reason),
-                              reason=outcome.reason)
-        counts["failed"] += len(items)
-        return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
-                          reason=outcome.reason, unmapped=unmapped)
-
-    def _unmapped(self, req_no: int, errors: tuple[str, ...]) -> list[tuple[str, str, str]]:
-        """Errors of an answer that name no item of the request: kept as the run's errors of
-        kind `unmapped`, keyed by the request (none of its rows is known to be at fault)."""
-        if errors:
-            log.warning("integration %s: request %s: the service reported %d errors that name "
-                        "no item of the request: %s", self.ctx.integration, req_no,
-                        len(errors), "; ".join(errors[:3]))
-        return [(unmapped_position(req_no, n), f"request {req_no}", error)
-                for n, error in enumerate(errors)]
 
     def drain(self) -> None:
         """Send what is queued, wait for everything in flight, save; raises FatalStop after a
