@@ -195,31 +195,39 @@ def test_with_room_for_one_request_one_leaves_at_once() -> None:
 
 @pytest.mark.parametrize("spacing, r2_after, groups", [
     (0.01, 0.05, [2, 2, 2]),  # requests end close together: r5 waits for r2, leaves with r6
-    (1.0, 0.3, [2, 2, 1, 1]),  # they end far apart: r5 leaves as soon as r1 ends
+    (None, 0.05, [2, 2, 2]),  # the same, measured from 40 requests that ended at once
+    (1.0, 0.1, [2, 2, 1, 1]),  # they end far apart: r5 leaves as soon as r1 ends
     (0.01, 1.0, [2, 2, 1, 1]),  # r2 ends after ADMIT_WAIT: r5 has left alone by then
-], ids=["close", "far-apart", "past-the-wait"])
+], ids=["close", "close-measured", "far-apart", "past-the-wait"])
 def test_room_for_a_group_is_waited_for_only_when_requests_end_close_together(
-        monkeypatch: pytest.MonkeyPatch, spacing: float, r2_after: float,
+        monkeypatch: pytest.MonkeyPatch, spacing: float | None, r2_after: float,
         groups: list[int]) -> None:
     monkeypatch.setattr(send_loop, "ADMIT_WAIT", 0.3)
     state = FakeState()
     deliverer = FakeDeliverer(state)
+    sender, _ = loop(state, deliverer, in_flight=4)
+    warm = 0 if spacing is not None else 40  # answered at once, before the six below
+    for k in range(1, warm + 1):
+        sender.submit(segment(k, f"w{k}"), k)
+    _settled_in_flight(sender)  # the warm-up all answered: room for the six
+    n = warm + 1  # the first of the six: r1 below
     first = threading.Event()  # r1 ends when it opens, r2 `r2_after` later
     rest = threading.Event()
-    deliverer.gates.update({"r1": first, "r2": first, "r3": rest, "r4": rest})
-    deliverer.delays["r2"] = r2_after
-    sender, _ = loop(state, deliverer, in_flight=4)
-    for k in range(1, 5):
+    deliverer.gates.update({f"r{n}": first, f"r{n + 1}": first, f"r{n + 2}": rest,
+                            f"r{n + 3}": rest})
+    deliverer.delays[f"r{n + 1}"] = r2_after
+    for k in range(n, n + 4):
         sender.submit(segment(k, f"u{k}"), k)
-    sender.spacing = spacing  # how far apart requests have been ending
+    if spacing is not None:
+        sender.spacing = spacing  # how far apart requests have been ending
     threading.Timer(0.1, first.set).start()
-    for k in (5, 6):
+    for k in (n + 4, n + 5):
         sender.submit(segment(k, f"u{k}"), k)
     rest.set()
     sender.drain()
     sender.close()
-    assert state.groups == groups and state.overfull == 0
-    assert sorted(n for _, n in state.settled) == list(range(1, 7))
+    assert state.groups[-len(groups):] == groups and state.overfull == 0
+    assert sorted(n for _, n in state.settled) == list(range(1, warm + 7))
 
 
 def test_an_acknowledged_request_waits_unsettled_at_most_the_settle_wait() -> None:

@@ -19,7 +19,8 @@ Invariants:
   about even); when the service is, the loop waits for room for `admit` at most ADMIT_WAIT,
   and only while requests end more often than that (at the ceiling on loopback: 1M events,
   a third fewer transactions); a slower service's requests leave as soon as one ends;
-- an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room.
+- an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room
+  (and ADMIT_WAIT more while it waits for room for a group).
 """
 
 from __future__ import annotations
@@ -217,6 +218,8 @@ class SendLoop:
             resend_in_doubt=self.ctx.resend_in_doubt,
         )
         future = self.pool.submit(self.ctx.deliverer.send, request)
+        if not self.in_flight:  # time with nothing in flight is no gap between ends
+            self.last_end = time.monotonic()
         self.in_flight[future] = (segment, users)
         for u in users:
             self.users[u] = self.users.get(u, 0) + 1

@@ -87,6 +87,7 @@ def settlement_of(segment: Outgoing, future: Future[Any], counts: dict[str, int]
     counts["duplicated"] = counts.get("duplicated", 0) + len(doubled)
     return _with_key_values(segment, replace(settlement, duplicated=doubled))
 
+
 def _ended(segment: Outgoing, future: Future[Any], counts: dict[str, int],
            integration: str) -> Settlement:
     assert segment.batch is not None and segment.entry is not None
@@ -121,6 +122,7 @@ def _ended(segment: Outgoing, future: Future[Any], counts: dict[str, int],
     counts["failed"] += len(items)
     return Settlement(req_no, "failed", 0, failed=rows(outcome.reason, outcome.item_errors),
                       reason=outcome.reason, unmapped=unmapped)
+
 
 def _unmapped(req_no: int, errors: tuple[str, ...], integration: str
               ) -> list[tuple[str, str, str]]:
