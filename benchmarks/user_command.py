@@ -68,6 +68,7 @@ from tests.prefect.conftest import _stop as stop_server
 from tests.prefect.conftest import start_prefect_server
 
 BIN = Path(sys.executable).parent
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
 EVENTS_TABLE = "EVENTS_SYNC"
 
 # Leaf frames where a thread waits (for the service's answer, a lock, a pool slot): not CPU.
@@ -128,6 +129,7 @@ class TreeRss(threading.Thread):
         self.pid, self.done = pid, threading.Event()
         self.peaks: dict[str, float] = {}
         self.peak_sum = 0.0
+        self.threads: dict[int, tuple[str, float]] = {}  # the CLI's threads: tid -> (name, CPU s)
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -137,7 +139,31 @@ class TreeRss(threading.Thread):
                 total += rss
                 self.peaks[name] = max(self.peaks.get(name, 0.0), rss)
             self.peak_sum = max(self.peak_sum, total)
+            self._sample_threads()
             self.done.wait(0.05)
+
+    def _sample_threads(self) -> None:
+        """The last CPU seconds seen of each thread of the CLI process (a thread's time is
+        lost from the process's total view once it exits, so each is kept as last seen)."""
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return
+        for tid in tids:
+            try:
+                head, tail = Path(f"/proc/{self.pid}/task/{tid}/stat").read_text().rsplit(") ", 1)
+            except OSError:
+                continue
+            fields = tail.split()
+            self.threads[int(tid)] = (head.split(" (", 1)[1], (int(fields[11]) + int(
+                fields[12])) / CLOCK_TICKS)
+
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds by thread name (the main thread as `main`), threads of a name summed."""
+        out: dict[str, float] = collections.defaultdict(float)
+        for tid, (name, cpu) in self.threads.items():
+            out["main" if tid == self.pid else name] += cpu
+        return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
     def _tree(self) -> list[tuple[int, str]]:
         children: dict[int, list[int]] = collections.defaultdict(list)
@@ -250,7 +276,7 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
         cmd = [str(BIN / "py-spy"), "record", "--format", "raw", "--rate", "50", "--threads",
                "--output", str(profile), "--", *cmd]
     httpx.post(f"{base_url}/_sandbox/reset", timeout=30).raise_for_status()
-    started = time.perf_counter()
+    started, started_wall = time.perf_counter(), time.time()
     cpu_before, sink_before = _children_cpu(), _process_cpu(sink_pid)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sampler = TreeRss(proc.pid)
@@ -264,6 +290,7 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
     counters = httpx.get(f"{base_url}/_sandbox/counters", timeout=30).json()
+    timeline = request_timeline(base_url, started_wall, wall)
     shutil.rmtree(run_dir, ignore_errors=True)
     record = _last_json(out)
     return {"path": name, "wall_s": wall, "rows": record["rows_read"],
@@ -281,7 +308,23 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             "cpu_s": round(cpu, 1), "cpu_s_per_million_rows": round(
                 cpu * 1e6 / max(record["rows_read"], 1), 1),
             # the sandbox's own seconds: on a small machine the sink shares the cores
-            "sink_cpu_s": round(sink_cpu, 1)}
+            "sink_cpu_s": round(sink_cpu, 1),
+            # the CLI's own threads, by name (/proc/PID/task; a thread that ended after the
+            # last 50 ms sample is counted as last seen)
+            "thread_cpu_s": sampler.thread_cpu(), "timeline_s": timeline}
+
+
+def request_timeline(base_url: str, started: float, wall: float) -> dict[str, float]:
+    """When the sandbox received the run's first and last /users/track requests, in seconds
+    from the command's start (epoch `started`), and the command's time after the last: the
+    span between is what the service's limit sets, the rest is the command's own."""
+    log = httpx.get(f"{base_url}/_sandbox/requests", params={"path": "/users/track"},
+                    timeout=60).json()["requests"]
+    times = sorted(entry["received_at"] for entry in log)
+    if not times:
+        return {}
+    return {"first": round(times[0] - started, 2), "last": round(times[-1] - started, 2),
+            "after_last": round(wall - (times[-1] - started), 2)}
 
 
 def empty_database(url: str) -> None:

@@ -1,4 +1,5 @@
-"""The state database's folder is created for any SQLite file URL, absolute or relative."""
+"""The state database's folder is created for any SQLite file URL, absolute or relative; its
+connections' settings."""
 
 from __future__ import annotations
 
@@ -21,3 +22,16 @@ def test_a_relative_sqlite_url_gets_its_folder(
     monkeypatch.chdir(tmp_path)
     open_state("sqlite:///.engage-sync/state.db")
     assert (tmp_path / ".engage-sync" / "state.db").exists()
+
+
+def test_a_sqlite_state_connection_waits_for_locks_in_wal_and_zeroes_deletes_only_for_free(
+    tmp_path: Path,
+) -> None:
+    """secure_delete FAST (2), whatever the build's default: Debian's turns it on, which wrote
+    every page a compaction freed (`field_store_sql.SECURE_DELETE`)."""
+    store = open_state(f"sqlite:///{tmp_path / 'state.db'}")
+    with store.engine.connect() as conn:
+        settings = [conn.exec_driver_sql(f"PRAGMA {name}").scalar() for name in (
+            "journal_mode", "busy_timeout", "synchronous", "secure_delete")]
+    store.engine.dispose()
+    assert settings == ["wal", 30_000, 1, 2]  # synchronous NORMAL is 1

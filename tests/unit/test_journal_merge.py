@@ -1,15 +1,18 @@
 """Merging journal entries' item keys (`state.journal.merged_keys`): text joined, never
-parsed, so it must still be exactly the JSON of all the keys in order. Pure."""
+parsed, so it must still be exactly the JSON of all the keys in order; which entries a
+compaction merges, and the stretches it deletes. Pure."""
 
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engage_sync.state.journal import json_text, merged_keys
+from engage_sync.cursor.progress import encode_cursor
+from engage_sync.state.journal import _mergeable, _stretches, json_text, merged_keys
 
 
 def test_keys_of_merged_entries_are_all_of_them_in_order() -> None:
@@ -56,3 +59,56 @@ def test_keys_journaled_by_orjson_or_json_read_and_merge_as_written(
 
 def test_a_lone_surrogate_orjson_refuses_is_journaled_by_json() -> None:
     assert json.loads(json_text(["a\ud800"])) == ["a\ud800"]
+
+
+# --- which entries compaction merges (`journal._mergeable`), and how it deletes the rest ----
+
+class _Entry(NamedTuple):
+    req_no: int
+    start_cursor: str | None
+    end_cursor: str | None
+    state: str = "acked"
+    failed: int = 0
+    in_doubt: int = 0
+
+
+def _at(n: int) -> str | None:
+    return encode_cursor([n, f"k{n}"])
+
+
+def _layout(*ranges: tuple[int, int]) -> list[_Entry]:
+    """Journal order: request i + 1 covers (start, end] of the i-th range (0: the beginning)."""
+    return [_Entry(i + 1, _at(a) if a else None, _at(b)) for i, (a, b) in enumerate(ranges)]
+
+
+def test_a_journal_that_chains_in_its_own_order_is_one_group() -> None:
+    rows = _layout((0, 10), (10, 20), (20, 30))
+    assert [[r.req_no for r in g] for g in _mergeable(rows)] == [[1, 2, 3]]
+
+
+def test_a_resumed_runs_journal_out_of_source_order_is_sorted_before_grouping() -> None:
+    # a resume journaled (10, 20] after (20, 30]: in journal order nothing chains, in source
+    # order all three do (a version that trusted journal order made three groups)
+    rows = _layout((0, 10), (20, 30), (10, 20))
+    assert [[r.req_no for r in g] for g in _mergeable(rows)] == [[1, 3, 2]]
+
+
+def test_an_entry_in_doubt_or_with_failures_stands_alone() -> None:
+    rows = [*_layout((0, 10), (10, 20), (20, 30), (30, 40))]
+    rows[1] = rows[1]._replace(state="in_doubt", in_doubt=3)
+    rows[3] = rows[3]._replace(failed=1)
+    assert [[r.req_no for r in g] for g in _mergeable(rows)] == [[1], [2], [3], [4]]
+
+
+@pytest.mark.parametrize(("numbers", "stretches"), [
+    ([], []), ([5], [(5, 5)]), ([2, 3, 4, 13334], [(2, 4), (13334, 13334)]),
+    ([9, 7, 8, 11], [(7, 9), (11, 11)])])
+def test_removed_entries_are_deleted_by_stretches_of_consecutive_numbers(
+        numbers: list[int], stretches: list[tuple[int, int]]) -> None:
+    assert _stretches(numbers) == stretches
+
+
+@given(st.sets(st.integers(1, 200)))
+def test_stretches_cover_exactly_the_numbers(numbers: set[int]) -> None:
+    covered = {n for first, last in _stretches(sorted(numbers)) for n in range(first, last + 1)}
+    assert covered == numbers

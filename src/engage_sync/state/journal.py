@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -150,7 +151,7 @@ class Journal:
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
                 journal.c.state, journal.c.failed, journal.c.in_doubt,
                 journal.c.item_count, journal.c.synced, journal.c.item_keys,
-            ).where(journal.c.run_id == run_id)).all()
+            ).where(journal.c.run_id == run_id).order_by(journal.c.req_no)).all()
             removed: list[int] = []
             for group in (g for g in _mergeable(rows) if len(g) > 1):
                 conn.execute(journal.update().where(
@@ -161,16 +162,39 @@ class Journal:
                          item_keys=merged_keys(r.item_keys for r in group),
                          item_key_values=None))  # kept only to name pending entries
                 removed += [r.req_no for r in group[1:]]
-            for i in range(0, len(removed), 500):
+            for first, last in _stretches(removed):
                 conn.execute(journal.delete().where(
-                    journal.c.run_id == run_id, journal.c.req_no.in_(removed[i:i + 500])))
+                    journal.c.run_id == run_id, journal.c.req_no.between(first, last)))
         return len(removed)
 
 
+def _stretches(numbers: Sequence[int]) -> list[tuple[int, int]]:
+    """Ascending whole numbers as (first, last) of each stretch of consecutive ones: a
+    compacted run's removed entries are one stretch or a few, deleted a statement each."""
+    out: list[tuple[int, int]] = []
+    for n in sorted(numbers):
+        if out and n == out[-1][1] + 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return out
+
+
+def _in_source_order(rows: Sequence[Any]) -> Sequence[Any]:
+    """Entries in source order. In journal order each entry of a run that was never resumed
+    starts where the one before ends, and a range's start is before its end, so that order is
+    the source order: the cursors are then not decoded (13,334 of them took 0.15 s of a 1M-event
+    run's end). A resumed run's journal may not chain: sorted by decoded end."""
+    chained = all(r.start_cursor is not None and r.start_cursor == prev.end_cursor
+                  for prev, r in pairwise(rows))
+    return rows if chained else sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
+
+
 def _mergeable(rows: Sequence[Any]) -> list[list[Any]]:
-    """Entries in source order, grouped: a group is acked, error-free entries that follow
-    each other (a range ending where the next starts); any other entry is a group alone."""
-    ordered = sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
+    """Entries (in journal order) in source order, grouped: a group is acked, error-free
+    entries that follow each other (a range ending where the next starts); any other entry is
+    a group alone."""
+    ordered = _in_source_order(rows)
     groups: list[list[Any]] = []
     for r in ordered:
         clean = r.state == "acked" and not r.failed and not r.in_doubt

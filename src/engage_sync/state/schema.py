@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from engage_sync.state.field_store_sql import BUSY_MS, FIELDS_TABLE, SYNCHRONOUS
+from engage_sync.state.field_store_sql import FIELDS_TABLE, tune
 
 metadata = sa.MetaData()
 
@@ -262,17 +262,18 @@ def add_missing_columns(conn: Connection) -> list[str]:
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    """Every connection waits up to 30 s for a lock; the database is put in WAL mode (readers
-    never wait for the writer) by the first connection that can: switching needs the database
-    to itself, which another process migrating or writing may hold, so a connection that
-    finds it busy tries a few times, then goes on (the next one switches it; WAL persists)."""
+    """Every connection takes `field_store_sql.tune`'s settings (a lock waited for up to 30 s,
+    syncs at checkpoints, deleted content zeroed only where it costs no I/O); the database is
+    put in WAL mode (readers never wait for the writer) by the first connection that can:
+    switching needs the database to itself, which another process migrating or writing may
+    hold, so a connection that finds it busy tries a few times, then goes on (the next one
+    switches it; WAL persists)."""
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+    tune(cur.execute)  # the lock's wait first: switching to WAL may find the database busy
     for attempt in range(20):
         try:
             if cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
                 break
         except sqlite3.OperationalError:  # "database is locked": someone is writing
             time.sleep(0.05 * (attempt + 1))
-    cur.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
     cur.close()
