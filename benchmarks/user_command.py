@@ -129,7 +129,8 @@ class TreeRss(threading.Thread):
         self.pid, self.done = pid, threading.Event()
         self.peaks: dict[str, float] = {}
         self.peak_sum = 0.0
-        self.threads: dict[int, tuple[str, float]] = {}  # the CLI's threads: tid -> (name, CPU s)
+        self.threads: dict[int, tuple[str, float, float]] = {}  # the CLI's: tid -> (name,
+        # user s, system s)
 
     def run(self) -> None:
         while not self.done.is_set():
@@ -155,15 +156,19 @@ class TreeRss(threading.Thread):
             except OSError:
                 continue
             fields = tail.split()
-            self.threads[int(tid)] = (head.split(" (", 1)[1], (int(fields[11]) + int(
-                fields[12])) / CLOCK_TICKS)
+            self.threads[int(tid)] = (head.split(" (", 1)[1], int(fields[11]) / CLOCK_TICKS,
+                                      int(fields[12]) / CLOCK_TICKS)
 
-    def thread_cpu(self) -> dict[str, float]:
-        """CPU seconds by thread name (the main thread as `main`), threads of a name summed."""
-        out: dict[str, float] = collections.defaultdict(float)
-        for tid, (name, cpu) in self.threads.items():
-            out["main" if tid == self.pid else name] += cpu
-        return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+    def thread_cpu(self) -> dict[str, list[float]]:
+        """[user, system] CPU seconds by thread name (the main thread as `main`), threads of a
+        name summed: on loopback the kernel's share is the TCP of both ends."""
+        out: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        for tid, (name, user, system) in self.threads.items():
+            both = out["main" if tid == self.pid else name]
+            both[0] += user
+            both[1] += system
+        return {k: [round(v[0], 2), round(v[1], 2)]
+                for k, v in sorted(out.items(), key=lambda kv: -sum(kv[1]))}
 
     def _tree(self) -> list[tuple[int, str]]:
         children: dict[int, list[int]] = collections.defaultdict(list)
@@ -253,6 +258,7 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     env.pop("ENGAGE_SYNC_PIN_CPU", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install reads cached bytecode
     if pin is not None:
         env["ENGAGE_SYNC_PIN_CPU"] = pin
     if old:
@@ -417,6 +423,11 @@ def main() -> int:
                                     args.max_in_flight)
     paths = args.paths.split(",")
     before = code_of(args.before, workdir) if args.before else None
+    for tree in (Path(__file__).resolve().parents[1] / "src", before):  # as an install has it
+        if tree is not None:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True,
+                           env={k: v for k, v in os.environ.items()
+                                if k != "PYTHONDONTWRITEBYTECODE"})
     results: list[dict[str, Any]] = []
     server, served = None, None
     pg = PostgresServer(durable=True) if args.state == "postgres" else None

@@ -4,10 +4,14 @@ Why: a run sends about 13,000 requests a million rows, from threads that share t
 the thread that reads and packs. httpx's own transport (httpcore and h11, pure Python) costs
 about 290 µs of CPU a request on loopback; the standard library's `http.client` about 135 µs
 (benchmarks/README.md, "The lean transport"), of which its header parsing through the `email`
-package is most; `http11` a fraction of that ("Answers read without the email package"). The
-Deliverer still speaks httpx: it hands an `httpx.Request` and gets
-an `httpx.Response`, and every error is httpx's own, raised where httpx raises it, so
-`deliver.classify` tells "not sent" from "in doubt" exactly as before:
+package is most; `http11` a fraction of that ("Answers read without the email package").
+Two ways in, the same bytes on the wire: `handle_request` (an `httpx.Request` in, an
+`httpx.Response` out, as any httpx transport), and `prepare` once per URL and headers, then
+`post` per body (a `LeanAnswer` out), which the Deliverer uses: building httpx's request and
+response models cost it about 90 µs of CPU a request, as much as the exchange itself
+(benchmarks/README.md, "Requests without httpx's models"). Either way every error is httpx's
+own, raised where httpx raises it, so `deliver.classify` tells "not sent" from "in doubt"
+exactly as before:
 
 - connecting fails or times out: `ConnectError` / `ConnectTimeout` (nothing was sent);
 - writing the request fails or times out: `WriteError` / `WriteTimeout` (the body is
@@ -38,7 +42,8 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -49,6 +54,21 @@ _PORTS = {"http": 80, "https": 443}
 IDLE_SECONDS = 1.0  # an idle connection older than this is dropped, not reused: below the
 # keep-alive timeouts of common servers (2-5 s), so a server's close of it cannot cross our
 # next request on the wire (which would leave that request in doubt)
+
+
+class Prepared(NamedTuple):
+    """A POST's connection and its head up to Content-Length, made and checked once."""
+
+    key: _Key
+    head: bytes  # the request line and headers, each line ending in CRLF
+
+
+class LeanAnswer(NamedTuple):
+    """An answer as the Deliverer reads it (the names an `httpx.Response` has for the same)."""
+
+    status_code: int
+    headers: dict[str, str]  # names in lower case; a repeated name's values joined by ", "
+    content: bytes
 
 
 class LeanTransport(httpx.BaseTransport):
@@ -64,25 +84,42 @@ class LeanTransport(httpx.BaseTransport):
         self._closed = False
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        if url.scheme not in _PORTS:
-            raise httpx.UnsupportedProtocol(f"the URL's scheme {url.scheme!r} is not http or "
-                                            "https", request=request)
-        key = (url.scheme, url.raw_host.decode("ascii"), url.port or _PORTS[url.scheme])
-        timeouts = request.extensions.get("timeout", {})
-        conn = self._take(key) or self._connect(key, timeouts.get("connect"), request)
-        try:
-            status, reason, headers, body, reusable = _exchange(conn, request, timeouts)
-        except BaseException:
-            conn.close()
-            raise
-        if reusable:
-            self._give(key, conn)
-        else:
-            conn.close()
+        key = _key_of(request)
+        data = _head(request, request.headers.raw) + request.read()
+        status, reason, headers, body, _ = self._round_trip(
+            key, data, request.extensions.get("timeout", {}), request)
         return httpx.Response(status, headers=headers, stream=httpx.ByteStream(body),
                               extensions={"http_version": b"HTTP/1.1",
                                           "reason_phrase": reason.encode("latin-1")})
+
+    def prepare(self, url: str, headers: Mapping[str, str]) -> Prepared:
+        """POSTs to `url` with `headers`: the head httpx's request would have, checked once
+        (raises what `handle_request` raises for a bad URL or header, before connecting)."""
+        request = httpx.Request("POST", url, headers=headers, content=b"")
+        raw = [(n, v) for n, v in request.headers.raw if n.lower() != b"content-length"]
+        return Prepared(_key_of(request), _head(request, raw)[:-2])  # open for Content-Length
+
+    def post(self, prepared: Prepared, body: bytes, timeouts: Mapping[str, Any]) -> LeanAnswer:
+        """One POST of `body`: the bytes `handle_request` writes for the same request."""
+        data = b"%sContent-Length: %d\r\n\r\n%s" % (prepared.head, len(body), body)
+        status, _, headers, content, _ = self._round_trip(prepared.key, data, timeouts, None)
+        return LeanAnswer(status, _header_map(headers), content)
+
+    def _round_trip(self, key: _Key, data: bytes, timeouts: Mapping[str, Any],
+                    request: httpx.Request | None) -> Answer:
+        """`data` written on a pooled (or new) connection to `key`, the answer read whole; the
+        connection kept only if the answer allows it, closed on any error."""
+        conn = self._take(key) or self._connect(key, timeouts.get("connect"), request)
+        try:
+            answer = _exchange(conn, data, timeouts, request)
+        except BaseException:
+            conn.close()
+            raise
+        if answer.reusable:
+            self._give(key, conn)
+        else:
+            conn.close()
+        return answer
 
     def close(self) -> None:
         with self._lock:
@@ -111,7 +148,8 @@ class LeanTransport(httpx.BaseTransport):
                 return
         conn.close()
 
-    def _connect(self, key: _Key, timeout: float | None, request: httpx.Request) -> Wire:
+    def _connect(self, key: _Key, timeout: float | None, request: httpx.Request | None
+                 ) -> Wire:
         scheme, host, port = key
         sock: socket.socket | None = None
         try:
@@ -152,13 +190,44 @@ def _alive(conn: Wire) -> bool:
 EARLY_ANSWER_WAIT = 2.0  # seconds to read an answer the server sent before closing mid-body
 
 
-def _exchange(conn: Wire, request: httpx.Request, timeouts: dict[str, Any]) -> Answer:
-    """Write the request, read the whole answer: (status, reason, headers, body, reusable).
-    A write the server cut short may have been refused with an answer first (413, 401 or 429
-    before it read the whole body), which is read and returned, as httpcore does; without
-    one, the write's error stands (the request was not sent whole)."""
+def _key_of(request: httpx.Request) -> _Key:
+    """(scheme, host as ASCII, port) of the request's URL; raises UnsupportedProtocol for a
+    scheme that is not http or https."""
+    url = request.url
+    if url.scheme not in _PORTS:
+        raise httpx.UnsupportedProtocol(f"the URL's scheme {url.scheme!r} is not http or "
+                                        "https", request=request)
+    return url.scheme, url.raw_host.decode("ascii"), url.port or _PORTS[url.scheme]
+
+
+def _head(request: httpx.Request, raw: list[tuple[bytes, bytes]]) -> bytes:
+    """The request's line and the `raw` headers, ending in the blank line; LocalProtocolError
+    (naming no value: it may be a secret) for anything that could split the request."""
     try:
-        _write(conn, request, timeouts.get("write"))
+        return request_head(request.method, request.url.raw_path.decode("ascii"), raw)
+    except (ValueError, UnicodeError):
+        raise httpx.LocalProtocolError("an invalid header or body", request=request) from None
+
+
+def _header_map(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """An answer's headers by lower-case name, a repeated name's values joined as httpx's
+    `Headers.get` joins them."""
+    out: dict[str, str] = {}
+    for name, value in headers:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        out[key] = f"{out[key]}, {text}" if key in out else text
+    return out
+
+
+def _exchange(conn: Wire, data: bytes, timeouts: Mapping[str, Any],
+              request: httpx.Request | None) -> Answer:
+    """Write the request (`data`: head and body), read the whole answer: (status, reason,
+    headers, body, reusable). A write the server cut short may have been refused with an
+    answer first (413, 401 or 429 before it read the whole body), which is read and
+    returned, as httpcore does; without one, the write's error stands (the request was not
+    sent whole)."""
+    try:
+        _write(conn, data, timeouts.get("write"), request)
     except httpx.WriteError:
         early = _early_answer(conn, request)
         if early is None:
@@ -167,7 +236,7 @@ def _exchange(conn: Wire, request: httpx.Request, timeouts: dict[str, Any]) -> A
     return _read(conn, request, timeouts.get("read"))
 
 
-def _early_answer(conn: Wire, request: httpx.Request) -> Answer | None:
+def _early_answer(conn: Wire, request: httpx.Request | None) -> Answer | None:
     """The answer a server sent before it closed a connection we were still writing to, or
     None (then nothing was answered: the request was not sent whole)."""
     try:
@@ -176,24 +245,18 @@ def _early_answer(conn: Wire, request: httpx.Request) -> Answer | None:
         return None
 
 
-def _write(conn: Wire, request: httpx.Request, timeout: float | None) -> None:
-    body = request.read()
-    try:
-        head = request_head(request.method, request.url.raw_path.decode("ascii"),
-                            request.headers.raw)
-    except (ValueError, UnicodeError):  # never quote the value: it may be a secret
-        raise httpx.LocalProtocolError("an invalid header or body",
-                                       request=request) from None
+def _write(conn: Wire, data: bytes, timeout: float | None, request: httpx.Request | None
+           ) -> None:
     conn.sock.settimeout(timeout)
     try:
-        conn.send(head + body)  # one write: a failure leaves the body incomplete
+        conn.send(data)  # one write: a failure leaves the body incomplete
     except TimeoutError as exc:
         raise httpx.WriteTimeout(_text(exc, "writing timed out"), request=request) from exc
     except OSError as exc:
         raise httpx.WriteError(_text(exc, "writing failed"), request=request) from exc
 
 
-def _read(conn: Wire, request: httpx.Request, timeout: float | None) -> Answer:
+def _read(conn: Wire, request: httpx.Request | None, timeout: float | None) -> Answer:
     """The whole answer, once the request was written: every failure is one that leaves the
     request in doubt."""
     conn.sock.settimeout(timeout)
