@@ -4,8 +4,10 @@ that `classify` reads as "not sent" or "in doubt" exactly as with httpx's own tr
 
 from __future__ import annotations
 
+import gzip
 import socket
 import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -125,7 +127,8 @@ def _via_prepared(transport: LeanTransport, url: str, body: bytes = b'{"attribut
     """`prepare` then `post`, as the Deliverer sends; the answer as an httpx.Response for the
     same assertions."""
     answer = transport.post(transport.prepare(url, headers), body, TIMEOUT)
-    return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+    decoded = {k: v for k, v in answer.headers.items() if k != "content-encoding"}
+    return httpx.Response(answer.status_code, headers=decoded, content=answer.content)
 
 
 @pytest.fixture(params=["handle_request", "prepare-post"])
@@ -415,3 +418,44 @@ def test_the_deliverer_builds_no_httpx_models_on_the_lean_transport(serve) -> No
     assert outcomes == ["ok"] * 3
     assert [b"X-Braze-Bulk: true" in r for r in server.requests] == [False, True, False]
     assert budgets.budget(f"http://127.0.0.1:{server.port}", "users_track").limit == 99
+
+
+def test_a_compressed_answer_is_decoded_as_httpx_decodes_it(serve, post: Post) -> None:
+    """No Accept-Encoding is sent, so a server may compress: the Deliverer must still read the
+    answer (a gzipped 201 read raw was a request in doubt); a body that does not decode is
+    httpx's DecodingError both ways."""
+    body = gzip.compress(b'{"message":"success"}')
+    good = serve(answering(b"HTTP/1.1 201 Created\r\nContent-Encoding: gzip\r\n"
+                           b"Content-Length: %d\r\n\r\n%s" % (len(body), body)))
+    bad = serve(answering(b"HTTP/1.1 201 Created\r\nContent-Encoding: gzip\r\n"
+                          b"Content-Length: 5\r\n\r\nnot-z"))
+    with LeanTransport() as transport:
+        assert post(transport, good.url()).json() == {"message": "success"}
+        with pytest.raises(httpx.DecodingError) as info:
+            post(transport, bad.url())
+    assert outcome_of(info.value) == "in_doubt"
+
+
+def test_a_reset_after_the_request_was_written_is_in_doubt(serve, post: Post) -> None:
+    """The server read the whole request, then reset the connection: it may have processed
+    it, so it is a read error (in doubt), never a write error (not sent)."""
+    def make(server: Server) -> Handler:
+        def handle(conn: socket.socket, _n: int) -> None:
+            server.requests.append(_read_request(conn))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return handle  # closed on return: with a zero linger, a reset
+    server = serve(make)
+    with LeanTransport() as transport, pytest.raises(httpx.TransportError) as info:
+        post(transport, server.url())
+    assert server.requests and server.requests[0].endswith(b'{"attributes":[]}')
+    assert isinstance(info.value, httpx.ReadError | httpx.RemoteProtocolError)
+    assert outcome_of(info.value) == "in_doubt"
+
+
+def test_answer_headers_are_decoded_as_httpx_decodes_them(serve) -> None:
+    server = serve(answering("HTTP/1.1 200 OK\r\nX-Note: café\r\nContent-Length: 0\r\n\r\n"
+                             .encode()))
+    with LeanTransport() as transport:
+        answer = transport.post(transport.prepare(server.url(), HEADERS), b"{}", TIMEOUT)
+        response = _via_httpx(transport, server.url())
+    assert answer.headers["x-note"] == response.headers["x-note"] == "café"

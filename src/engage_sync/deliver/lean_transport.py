@@ -103,7 +103,10 @@ class LeanTransport(httpx.BaseTransport):
         """One POST of `body`: the bytes `handle_request` writes for the same request."""
         data = b"%sContent-Length: %d\r\n\r\n%s" % (prepared.head, len(body), body)
         status, _, headers, content, _ = self._round_trip(prepared.key, data, timeouts, None)
-        return LeanAnswer(status, _header_map(headers), content)
+        named = _header_map(headers)
+        if named.get("content-encoding", "identity").strip().lower() not in ("", "identity"):
+            content = _decoded(status, headers, content)  # as httpx's Response decodes it
+        return LeanAnswer(status, named, content)
 
     def _round_trip(self, key: _Key, data: bytes, timeouts: Mapping[str, Any],
                     request: httpx.Request | None) -> Answer:
@@ -210,13 +213,35 @@ def _head(request: httpx.Request, raw: list[tuple[bytes, bytes]]) -> bytes:
 
 
 def _header_map(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    """An answer's headers by lower-case name, a repeated name's values joined as httpx's
-    `Headers.get` joins them."""
+    """An answer's headers by lower-case name, a repeated name's values joined, all decoded as
+    httpx's `Headers` decodes them (ASCII if all are, else UTF-8 if all are, else Latin-1)."""
+    encoding = next((e for e in ("ascii", "utf-8") if _all_decode(headers, e)), "latin-1")
     out: dict[str, str] = {}
     for name, value in headers:
-        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        key, text = name.decode(encoding).lower(), value.decode(encoding)
         out[key] = f"{out[key]}, {text}" if key in out else text
     return out
+
+
+def _all_decode(headers: list[tuple[bytes, bytes]], encoding: str) -> bool:
+    try:
+        for name, value in headers:
+            name.decode(encoding)
+            value.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _decoded(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
+    """A body under a Content-Encoding (gzip, deflate and what else httpx reads), decoded by
+    httpx's own decoders, as the Deliverer's `response.read()` did: httpx's DecodingError for
+    one it cannot decode (a request in doubt, as before)."""
+    response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(body))
+    try:
+        return response.read()
+    finally:
+        response.close()
 
 
 def _exchange(conn: Wire, data: bytes, timeouts: Mapping[str, Any],
