@@ -17,6 +17,9 @@ Prefect home each time, and reports:
 - requests the sandbox received against the minimum ceil(N / 75);
 - CPU seconds (user + system) of the command's processes, each waited for by its parent
   (the CLI, a field helper, a temporary Prefect server; not a running server's);
+- the CLI's threads' user and system CPU seconds, by thread name (`thread_cpu_s`);
+- when the sandbox received the first and the last request, from the command's start, and
+  the command's time after the last (`timeline_s`);
 - with --profile: where the time goes, from py-spy samples of every thread of the CLI
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
@@ -326,11 +329,12 @@ def request_timeline(base_url: str, started: float, wall: float) -> dict[str, fl
     span between is what the service's limit sets, the rest is the command's own."""
     log = httpx.get(f"{base_url}/_sandbox/requests", params={"path": "/users/track"},
                     timeout=60).json()["requests"]
-    times = sorted(entry["received_at"] for entry in log)
+    times = [entry["received_at"] - started for entry in log]
     if not times:
         return {}
-    return {"first": round(times[0] - started, 2), "last": round(times[-1] - started, 2),
-            "after_last": round(wall - (times[-1] - started), 2)}
+    first, last = min(times), max(times)
+    return {"first": round(first, 2), "last": round(last, 2),
+            "after_last": round(wall - last, 2)}
 
 
 def empty_database(url: str) -> None:
