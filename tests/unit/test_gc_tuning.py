@@ -1,21 +1,66 @@
 """The collector's young threshold is raised for a syncing process, once, never lowered, and
-left alone when the host turned automatic collection off."""
+left alone when the host turned automatic collection off; what is alive at the first sync is
+frozen, once, and not when the host froze objects itself; later cycles are still collected."""
 
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
+from engage_sync.adapters import gc_tuning
 from engage_sync.adapters.gc_tuning import GEN0, tune_gc
 
 
 @pytest.fixture(autouse=True)
-def kept() -> Iterator[None]:
+def kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts as a process before its first sync: nothing frozen."""
     before = gc.get_threshold()
+    gc.unfreeze()
+    monkeypatch.setattr(gc_tuning, "_frozen", False)
     yield
+    gc.unfreeze()
     gc.set_threshold(*before)
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def walked(obj: object) -> bool:
+    """Whether collections walk `obj` (a tracked object not frozen). The freeze count is no
+    measure: it falls as frozen objects are freed, by any thread."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_what_is_alive_at_the_first_sync_is_frozen_once() -> None:
+    alive = [[k] for k in range(10)]
+    assert walked(alive)
+    tune_gc()
+    assert gc.get_freeze_count() > 0 and not walked(alive)
+    more = [[k] for k in range(10)]  # made after: not frozen by a second sync
+    tune_gc()
+    assert walked(more)
+
+
+def test_a_cycle_made_after_the_freeze_is_still_collected() -> None:
+    tune_gc()
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    gone = weakref.ref(a)
+    del a, b
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_host_that_froze_objects_itself_is_left_alone() -> None:
+    gc.freeze()
+    made_after = [[k] for k in range(10)]
+    tune_gc()
+    assert walked(made_after)
 
 
 def test_the_young_threshold_is_raised_and_the_others_kept() -> None:

@@ -7,8 +7,15 @@ ran 2,370 young, 215 middle and 16-20 full collections: 30-35 % of the transform
 full one walks every object the imports made (≈ 110,000; ≈ 190,000 with Prefect). With a young
 collection every `GEN0` net allocations it was 2 collections and 0.02 s (`benchmarks/README.md`).
 
-Invariants: cycles are still collected (at most about `GEN0` objects wait for it); the change is
-process-wide and made once, only raised, never lowered: a threshold the host set higher stays.
+The objects alive at the first sync (the imports', Prefect's) are then frozen (`gc.freeze`): no
+later collection walks them. The interpreter's last full collection at exit walked them all
+(0.05 s), and with it closing the warehouse's connections, a 1M-event run's exit took 0.13-0.19 s
+after its status record against 0.06-0.08 frozen, and its stream 0.1-0.3 s less.
+
+Invariants: cycles made after the freeze are still collected (at most about `GEN0` objects wait
+for it); what was frozen is never collected (cycles among those objects stay for the process);
+the changes are process-wide and made once: the threshold only raised, never lowered (a
+threshold the host set higher stays), and nothing frozen when the host froze objects itself.
 """
 
 from __future__ import annotations
@@ -18,8 +25,17 @@ import gc
 GEN0 = 50_000
 
 
+_frozen = False
+
+
 def tune_gc() -> None:
-    """Raise the young generation's threshold to `GEN0` (idempotent)."""
+    """Raise the young generation's threshold to `GEN0` and, the first time, freeze what is
+    alive (idempotent)."""
+    global _frozen
     young, middle, old = gc.get_threshold()
     if 0 < young < GEN0:  # 0: the host disabled automatic collection; leave it so
         gc.set_threshold(GEN0, middle, old)
+    if not _frozen:
+        _frozen = True
+        if gc.get_freeze_count() == 0:  # the host's own freeze is left as it is
+            gc.freeze()

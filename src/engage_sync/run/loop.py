@@ -146,7 +146,7 @@ class Run:
             tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt,
                      int(state.run(self.run_id).get("rows_unchanged") or 0))
             state.finish_run(self.run_id, job_status(*tally),
-                             message=job_message(self.i.name, *tally))
+                             message=job_message(self.i.name, *tally), counts=counts)
         except RunStopped as exc:
             lease.stop()  # no heartbeat may renew the lease released here
             raise self._stopped(exc) from None

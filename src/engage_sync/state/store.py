@@ -37,7 +37,7 @@ from engage_sync.state.journal import Journal
 from engage_sync.state.migrations import ensure_schema
 from engage_sync.state.outage import watch
 from engage_sync.state.partitions import PartitionRuns
-from engage_sync.state.records import JournalEntry, Settlement
+from engage_sync.state.records import JournalEntry, RunCounts, Settlement
 from engage_sync.state.retries import Retries
 from engage_sync.state.row_errors import (
     AFTER_KILL,
@@ -156,10 +156,11 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
                           journal.named_items(pending, reason), journal.named_key_values(pending))
         return {r.req_no for r in pending if r.item_keys is None}
 
-    def finish_run(self, run_id: str, job_status: str, message: str | None = None) -> None:
-        """Close the run's row with its counts (journal and row errors), then compact its
-        journal."""
-        counts = self.counts(run_id)
+    def finish_run(self, run_id: str, job_status: str, message: str | None = None,
+                   counts: RunCounts | None = None) -> None:
+        """Close the run's row with its counts (journal and row errors; `counts` if the
+        caller has just read them, as `counts` returns them), then compact its journal."""
+        counts = self.counts(run_id) if counts is None else counts
         with self.engine.begin() as conn:
             close_run(conn, run_id, job_status, message, counts)
         self.compact_journal(run_id)
