@@ -37,7 +37,7 @@ Invariants:
   possible, the run is not pinned and says so;
 - a child process placed with `place_child` while a run holds the pin runs on the CPUs the
   run's thread had before, less the pinned one (all of them if there is no other), and moves
-  with the pin;
+  with the pin, until the run waits for it (`release_child`: then it gets all of them);
 - `auto` moves (`move_pin`) every thread of the process on exactly the pinned CPU, so the
   threads the run started, and its placed children that are still its children; it takes
   the new CPU's claim first, and does not move if another run holds it; letting go
@@ -371,3 +371,15 @@ def place_child(pid: int) -> None:
             return
         pin.children.append(pid)
         _place([pid], cpus)
+
+
+def release_child(pid: int) -> None:
+    """The run now waits for child process `pid`: it may use every CPU the run had, the
+    pinned one too, and no longer moves with the pin (no-op without a pin)."""
+    pin = _pinned
+    if pin is None:
+        return
+    with pin.lock:
+        if pid in pin.children:
+            pin.children.remove(pid)
+        _place([pid], pin.allowed)

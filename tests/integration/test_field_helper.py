@@ -209,3 +209,31 @@ def test_the_helper_uses_the_state_store_where_sqlite3_alone_would_not_do() -> N
     from engage_sync.state.schema import fields
 
     assert fields.name == FIELDS_TABLE
+
+
+@pytest.mark.parametrize("threads", [0, 3])
+def test_the_helpers_records_are_written_the_same_sorted_by_more_threads(
+        tmp_path: Path, threads: int) -> None:
+    """`store_sqlite_file` with SQLite's sorter on more threads (`sorter_threads`): every
+    user's last record wins, over more records than the sorter keeps in memory at once."""
+    import os
+    import sqlite3
+
+    from engage_sync.state.field_store_sql import FIELDS_TABLE, store_sqlite_file
+
+    state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+    log = tmp_path / "log.db"
+    keys = [os.urandom(16) for _ in range(60_000)]
+    rows = [(k, os.urandom(60)) for k in keys] + [(k, os.urandom(60)) for k in keys[::3]]
+    db = sqlite3.connect(log)
+    db.execute("CREATE TABLE log (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
+    db.executemany("INSERT INTO log VALUES (?, ?)", rows)
+    db.commit()
+    db.close()
+    written = store_sqlite_file(str(tmp_path / "state.db"), INTEGRATION, str(log), "log",
+                                threads=threads)
+    with state.engine.connect() as conn:
+        got = dict(conn.exec_driver_sql(
+            f"SELECT user_key, digests FROM {FIELDS_TABLE} WHERE integration = ?",
+            (INTEGRATION,)).all())
+    assert written == len(rows) and got == dict(rows)  # a later row of a key wins

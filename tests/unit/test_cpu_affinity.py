@@ -446,3 +446,37 @@ def test_a_watcher_that_cannot_start_leaves_the_run_pinned_not_failed(
                                "after": os.sched_getaffinity(0)})
     assert seen["pinned"] is not None and "cannot follow" in caplog.text
     assert len(seen["after"]) > 1
+
+
+@LINUX_2
+def test_a_field_helper_the_run_waits_for_gets_every_cpu_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At `finish` the run waits for its helper: `release_child` gives the helper every CPU
+    the run had (its sort then uses them), and the pin no longer moves it."""
+    from engage_sync import cpu_affinity
+    from engage_sync.diff import helper as helper_module
+    from engage_sync.diff.helper import FieldHelper
+
+    cpu = min(os.sched_getaffinity(0))
+    released: list[int] = []
+    monkeypatch.setattr(helper_module, "release_child", released.append)
+
+    def body() -> dict[str, Any]:
+        first = os.sched_getaffinity(0)
+        with run_pin(str(cpu), str(tmp_path)):
+            helper = FieldHelper("i", f"sqlite:///{tmp_path / 'state.db'}")
+            try:
+                pin = cpu_affinity._pinned
+                assert pin is not None and helper._proc.pid in pin.children
+                cpu_affinity.release_child(helper._proc.pid)
+                widened = os.sched_getaffinity(helper._proc.pid)
+                kept = helper._proc.pid in pin.children
+            finally:
+                helper.stop()
+            helper = FieldHelper("i", f"sqlite:///{tmp_path / 'state.db'}")
+            helper.finish()  # it writes its (no) records: released before it is told to
+        return {"first": first, "widened": widened, "kept": kept, "pid": helper._proc.pid}
+
+    seen = _in_thread(body)
+    assert seen["widened"] == seen["first"] and not seen["kept"]
+    assert released == [seen["pid"]]

@@ -41,7 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from engage_sync.cpu_affinity import place_child
+from engage_sync.cpu_affinity import place_child, release_child
 from engage_sync.errors import ConfigError, SyncError
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ class FieldHelper:
     def finish(self) -> None:
         """After the run's last settle and its fold: the helper writes its records and exits.
         Raises SyncError if it failed (then nothing of its records was written)."""
+        release_child(self._proc.pid)  # the run waits for it now: its sort may use every CPU
         self._enqueue(FINISH)
         self._enqueue(None)
         self._writer.join()
@@ -279,9 +280,12 @@ def _store(header: dict[str, Any], path: str) -> None:
     whole run; the run itself has the same database open, so the URL is known to work), and
     a SQLite file is written with the standard library alone (`field_store_sql`)."""
     if header.get("file"):
-        from engage_sync.state.field_store_sql import store_sqlite_file
+        from engage_sync.state.field_store_sql import sorter_threads, store_sqlite_file
 
-        store_sqlite_file(header["file"], header["integration"], path, LOG)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1  # every CPU of the run's by now (`release_child`)
+        store_sqlite_file(header["file"], header["integration"], path, LOG,
+                          threads=sorter_threads(cpus))
         return
     from engage_sync.state.store import StateStore
 

@@ -39,13 +39,22 @@ def store_attached_sql(schema: str, table: str) -> str:
             "ON CONFLICT (integration, user_key) DO UPDATE SET digests = excluded.digests")
 
 
-def store_sqlite_file(state_file: str, integration: str, path: str, table: str) -> int:
+def sorter_threads(cpus: int) -> int:
+    """Threads SQLite's sorter may add to the writer's own (`PRAGMA threads`) on `cpus` CPUs:
+    one fewer than them, at most 3. Sorting 1M helper records took 1.3-1.4 s of wall against
+    1.6-1.8 with none on 2 CPUs, and 1.9-2.1 with two on one CPU."""
+    return max(0, min(cpus, 4) - 1)
+
+
+def store_sqlite_file(state_file: str, integration: str, path: str, table: str,
+                      threads: int = 0) -> int:
     """The records of `table` in the SQLite file `path` over the integration's record in the
-    SQLite state database `state_file` (already created, in WAL mode), in one transaction;
-    returns how many were written."""
+    SQLite state database `state_file` (already created, in WAL mode), in one transaction,
+    sorted with `threads` more threads (`sorter_threads`); returns how many were written."""
     db = sqlite3.connect(state_file, isolation_level=None)
     try:
         tune(db.execute)
+        db.execute(f"PRAGMA threads={int(threads)}")
         db.execute("ATTACH DATABASE ? AS helper", (path,))
         db.execute("BEGIN IMMEDIATE")
         try:
