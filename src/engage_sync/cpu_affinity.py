@@ -37,7 +37,8 @@ Invariants:
   possible, the run is not pinned and says so;
 - a child process placed with `place_child` while a run holds the pin runs on the CPUs the
   run's thread had before, less the pinned one (all of them if there is no other), and moves
-  with the pin, until the run waits for it (`release_child`: then it gets all of them);
+  with the pin, until the run waits for it (`release_child`: then it gets all of them, and
+  the pin stops following load: the child's work on the run's CPU is the run's own);
 - `auto` moves (`move_pin`) every thread of the process on exactly the pinned CPU, so the
   threads the run started, and its placed children that are still its children; it takes
   the new CPU's claim first, and does not move if another run holds it; letting go
@@ -73,13 +74,14 @@ _held = threading.Lock()  # one run of the process holds the pin
 @dataclass
 class Pin:
     """The run's pin while it holds one: its CPU (None once let go), the CPUs its thread had
-    before, its claim's descriptor, the children placed off it."""
+    before, its claim's descriptor, the children placed off it, its watcher (`auto`)."""
 
     cpu: int | None
     allowed: frozenset[int]
     claim: int | None = None
     children: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    watcher: Watcher | None = None
 
 
 _pinned: Pin | None = None
@@ -214,7 +216,7 @@ def run_pin(setting: str | None, folder: str | None = None) -> Iterator[int | No
                  setting, ", ".join(map(str, others)) or f"CPU {cpu} too")
         watcher = None
         try:
-            watcher = _watch(pin, folder) if setting == "auto" else None
+            watcher = pin.watcher = _watch(pin, folder) if setting == "auto" else None
             yield cpu
         finally:
             if watcher is not None:
@@ -375,10 +377,14 @@ def place_child(pid: int) -> None:
 
 def release_child(pid: int) -> None:
     """The run now waits for child process `pid`: it may use every CPU the run had, the
-    pinned one too, and no longer moves with the pin (no-op without a pin)."""
+    pinned one too, and no longer moves with the pin, which stays where it is: the watcher
+    stops, as it would read the child's work on the run's CPU as another's (no-op without a
+    pin)."""
     pin = _pinned
     if pin is None:
         return
+    if pin.watcher is not None:
+        pin.watcher.stop()  # before the lock: a move under way holds it
     with pin.lock:
         if pid in pin.children:
             pin.children.remove(pid)

@@ -16,7 +16,8 @@ Invariants:
   own): that can hide another's share, not invent one; busy time is user, nice and system
   time only (`cpu_affinity.busy_ticks`), so interrupts a kernel accounts apart from the
   run's own time do not read as another's. A child process's work does (its field helper is
-  placed off the run's CPU);
+  placed off the run's CPU; once the run waits for it, `cpu_affinity.release_child` gives it
+  the run's CPU too and stops the watcher first);
 - a run that lets go of its pin is not pinned again;
 - the watcher acts only through the callables it is given, from its own thread, and ends at
   `stop` or when it lets go; a CPU whose busy time cannot be read ends it (the pin stays).

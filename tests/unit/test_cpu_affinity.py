@@ -458,8 +458,11 @@ def test_a_field_helper_the_run_waits_for_gets_every_cpu_back(
     from engage_sync.diff.helper import FieldHelper
 
     cpu = min(os.sched_getaffinity(0))
-    released: list[int] = []
-    monkeypatch.setattr(helper_module, "release_child", released.append)
+    events: list[Any] = []  # the spies' record, in order
+    monkeypatch.setattr(helper_module, "release_child", lambda pid: events.append(pid))
+    enqueue = FieldHelper._enqueue
+    monkeypatch.setattr(FieldHelper, "_enqueue",
+                        lambda self, obj: (events.append(obj), enqueue(self, obj))[1])
 
     def body() -> dict[str, Any]:
         first = os.sched_getaffinity(0)
@@ -479,4 +482,34 @@ def test_a_field_helper_the_run_waits_for_gets_every_cpu_back(
 
     seen = _in_thread(body)
     assert seen["widened"] == seen["first"] and not seen["kept"]
-    assert released == [seen["pid"]]
+    assert events[-3:] == [seen["pid"], helper_module.FINISH, None]  # released, then told
+
+
+@LINUX_2
+def test_the_pin_stops_following_load_once_the_run_waits_for_its_helper(
+        tmp_path: Path) -> None:
+    """The watcher would read the released helper's work on the run's CPU as another
+    process's, and move or let go of the pin: `release_child` stops it first."""
+    from engage_sync import cpu_affinity
+
+    def body() -> dict[str, Any]:
+        with run_pin("auto", str(tmp_path)) as cpu:
+            pin = cpu_affinity._pinned
+            if cpu is None or pin is None or pin.watcher is None:
+                return {}
+            child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                     stdin=subprocess.PIPE)
+            try:
+                cpu_affinity.place_child(child.pid)
+                watching = pin.watcher._thread.is_alive()
+                cpu_affinity.release_child(child.pid)
+                stopped = not pin.watcher._thread.is_alive()
+                cpus = os.sched_getaffinity(child.pid)
+            finally:
+                child.communicate(b"")
+        return {"watching": watching, "stopped": stopped, "cpus": cpus, "pinned": cpu}
+
+    seen = _in_thread(body)
+    if not seen:
+        pytest.skip("auto pinned nothing here, or the CPUs' load cannot be read")
+    assert seen["watching"] and seen["stopped"] and seen["pinned"] in seen["cpus"]

@@ -44,6 +44,9 @@ def test_what_is_alive_at_the_first_sync_is_frozen_once() -> None:
     more = [[k] for k in range(10)]  # made after: not frozen by a second sync
     tune_gc()
     assert walked(more)
+    gc.unfreeze()  # as if every frozen object had been freed: the count reads 0 again
+    tune_gc()
+    assert gc.get_freeze_count() == 0 and walked(more)
 
 
 def test_a_cycle_made_after_the_freeze_is_still_collected() -> None:

@@ -13,9 +13,13 @@ later collection walks them. The interpreter's last full collection at exit walk
 after its status record against 0.06-0.08 frozen, and its stream 0.1-0.3 s less.
 
 Invariants: cycles made after the freeze are still collected (at most about `GEN0` objects wait
-for it); what was frozen is never collected (cycles among those objects stay for the process);
-the changes are process-wide and made once: the threshold only raised, never lowered (a
-threshold the host set higher stays), and nothing frozen when the host froze objects itself.
+for it); what was frozen is never collected: in a process that runs many syncs (a served
+deployment, a Dask worker, the status server) a cycle the first sync's own objects leave (its
+caller's state store, say) stays for the process's life, with what it holds, once (≈ 0.1 MB
+for a flow's store); the changes are process-wide and made once: the threshold only raised,
+never lowered (a threshold the host set higher stays), nothing frozen when the host froze
+objects itself, and never again after the first freeze (`_frozen`: not even when every frozen
+object has been freed since, as the freeze count then reads 0).
 """
 
 from __future__ import annotations

@@ -280,12 +280,16 @@ def _store(header: dict[str, Any], path: str) -> None:
     whole run; the run itself has the same database open, so the URL is known to work), and
     a SQLite file is written with the standard library alone (`field_store_sql`)."""
     if header.get("file"):
-        from engage_sync.state.field_store_sql import sorter_threads, store_sqlite_file
+        from engage_sync.state.field_store_sql import (
+            sorter_threads,
+            store_sqlite_file,
+            usable_cpus,
+        )
 
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else os.cpu_count() or 1  # every CPU of the run's by now (`release_child`)
         store_sqlite_file(header["file"], header["integration"], path, LOG,
-                          threads=sorter_threads(cpus))
+                          threads=sorter_threads(usable_cpus(cpus)))
         return
     from engage_sync.state.store import StateStore
 

@@ -39,6 +39,20 @@ def store_attached_sql(schema: str, table: str) -> str:
             "ON CONFLICT (integration, user_key) DO UPDATE SET digests = excluded.digests")
 
 
+def usable_cpus(affinity: int, cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may keep busy: `affinity` (how many it may run on), fewer under a
+    cgroup v2 CPU quota (`cpu_max`: "QUOTA PERIOD", or "max PERIOD" for none), rounded up.
+    Unreadable or malformed: `affinity`."""
+    try:
+        with open(cpu_max, encoding="ascii") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            return max(1, min(affinity, -(-int(quota) // int(period))))
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    return affinity
+
+
 def sorter_threads(cpus: int) -> int:
     """Threads SQLite's sorter may add to the writer's own (`PRAGMA threads`) on `cpus` CPUs:
     one fewer than them, at most 3. Sorting 1M helper records took 1.3-1.4 s of wall against
