@@ -31,3 +31,9 @@ def test_a_cgroup_quota_lowers_the_cpus_the_sort_counts_on(
 
 def test_without_a_cgroup_file_the_affinity_counts(tmp_path: Path) -> None:
     assert usable_cpus(3, str(tmp_path / "absent")) == 3
+
+
+def test_by_default_the_process_affinity_counts(tmp_path: Path) -> None:
+    import os
+
+    assert usable_cpus(cpu_max=str(tmp_path / "absent")) == len(os.sched_getaffinity(0))

@@ -9,8 +9,8 @@ collection every `GEN0` net allocations it was 2 collections and 0.02 s (`benchm
 
 The objects alive at the first sync (the imports', Prefect's) are then frozen (`gc.freeze`): no
 later collection walks them. The interpreter's last full collection at exit walked them all
-(0.05 s), and with it closing the warehouse's connections, a 1M-event run's exit took 0.13-0.19 s
-after its status record against 0.06-0.08 frozen, and its stream 0.1-0.3 s less.
+(0.05 s): with it and the warehouse's connections closing, a 1M-event run took 0.20-0.25 s to
+end after its status record against 0.06-0.08 frozen, and its stream took 0.1-0.3 s less.
 
 Invariants: cycles made after the freeze are still collected (at most about `GEN0` objects wait
 for it); what was frozen is never collected: in a process that runs many syncs (a served

@@ -286,10 +286,9 @@ def _store(header: dict[str, Any], path: str) -> None:
             usable_cpus,
         )
 
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else os.cpu_count() or 1  # every CPU of the run's by now (`release_child`)
+        # every CPU of the run's by now (`release_child`)
         store_sqlite_file(header["file"], header["integration"], path, LOG,
-                          threads=sorter_threads(usable_cpus(cpus)))
+                          threads=sorter_threads(usable_cpus()))
         return
     from engage_sync.state.store import StateStore
 

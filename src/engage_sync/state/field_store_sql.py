@@ -8,6 +8,7 @@ written sorted by key, then by rowid, so that the last of a user's records wins.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from typing import Any
@@ -39,10 +40,14 @@ def store_attached_sql(schema: str, table: str) -> str:
             "ON CONFLICT (integration, user_key) DO UPDATE SET digests = excluded.digests")
 
 
-def usable_cpus(affinity: int, cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
-    """The CPUs this process may keep busy: `affinity` (how many it may run on), fewer under a
-    cgroup v2 CPU quota (`cpu_max`: "QUOTA PERIOD", or "max PERIOD" for none), rounded up.
-    Unreadable or malformed: `affinity`."""
+def usable_cpus(affinity: int | None = None, cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may keep busy: `affinity` (how many it may run on; default its
+    own affinity's, or every CPU where there is none), fewer under a cgroup v2 CPU quota
+    (`cpu_max`: "QUOTA PERIOD", or "max PERIOD" for none), rounded up. Unreadable or
+    malformed: `affinity`."""
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
     try:
         with open(cpu_max, encoding="ascii") as f:
             quota, period = f.read().split()[:2]
