@@ -1,16 +1,28 @@
 """Partitions in threads open and close one DuckDB file side by side: without turns, an open
 racing the close of another engine's last connection fails ("Unique file handle conflict";
-56 of 800 opens failed in a run of this test without them)."""
+56 of 800 opens failed in a run of this test without them). Another process holding the file
+is waited for, up to `warehouse.lock_wait_seconds` (scheduled runs of one file's integrations
+start together: before the wait, all but one failed)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
+from engage_sync import kinds
 from engage_sync.adapters.wiring import warehouse_engine
+from engage_sync.config.integration import Integration
+from engage_sync.errors import SourceError
 from engage_sync.read import duckdb_turns
+from engage_sync.read.extract import connected
+from engage_sync.read.reader import source_spec
+from engage_sync.writeback.writer import target_engine
 from tests.integration.conftest import load, write_integration
 
 
@@ -19,10 +31,7 @@ def test_engines_of_one_file_open_and_close_side_by_side(tmp_path: Path) -> None
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE t AS SELECT 1 AS x")
     con.close()
-    integration = load(write_integration(tmp_path, "users", {
-        "kind": "attributes", "warehouse": {"url": f"duckdb:///{path}"},
-        "source": {"table": "t"}, "payload": {"identifier": "external_id"},
-        "service": {"base_url": "http://127.0.0.1:9", "api_key_env": "ENGAGE_API_KEY"}}))
+    integration = users(tmp_path, path)
     errors: list[str] = []
 
     def opens() -> None:
@@ -42,3 +51,64 @@ def test_engines_of_one_file_open_and_close_side_by_side(tmp_path: Path) -> None
     for t in threads:
         t.join()
     assert errors == []
+
+
+def users(tmp_path: Path, path: Path, **warehouse: float) -> Integration:
+    return load(write_integration(tmp_path, "users", {
+        "kind": "attributes", "warehouse": {"url": f"duckdb:///{path}", **warehouse},
+        "writeback": {},
+        "source": {"table": "t"}, "payload": {"identifier": "external_id"},
+        "service": {"base_url": "http://127.0.0.1:9", "api_key_env": "ENGAGE_API_KEY"}}))
+
+
+def holder(path: Path, seconds: float) -> subprocess.Popen[str]:
+    """Another process with the file open for writing for `seconds`, once it says so."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time\n"
+         f"con = duckdb.connect({str(path)!r})\nprint('held', flush=True)\n"
+         f"time.sleep({seconds})\ncon.close()"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def table_file(tmp_path: Path) -> Path:
+    path = tmp_path / "warehouse.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("opened_by", ["the run", "the write-back"])
+def test_another_process_holding_the_file_is_waited_for(tmp_path: Path, opened_by: str) -> None:
+    path = table_file(tmp_path)
+    integration = users(tmp_path, path, lock_wait_seconds=60)
+    proc = holder(path, 1.5)
+    engine = (warehouse_engine if opened_by == "the run" else target_engine)(integration)
+    try:
+        with engine.connect() as conn:
+            assert proc.poll() is not None  # opened only once the other process let go
+            assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 1
+    finally:
+        duckdb_turns.release(engine)
+        proc.wait(30)
+
+
+def test_a_lock_held_past_the_wait_is_a_source_error_naming_the_key(tmp_path: Path) -> None:
+    path = table_file(tmp_path)
+    integration = users(tmp_path, path, lock_wait_seconds=0.5)
+    proc = holder(path, 60)
+    engine = warehouse_engine(integration)
+    try:
+        started = time.monotonic()
+        with pytest.raises(SourceError) as raised, connected(
+                engine, source_spec(integration, kinds.kind_of(integration))):
+            pass
+        assert time.monotonic() - started >= 0.5
+        said = str(raised.value)
+        assert "integration users: cannot connect to the warehouse: after waiting 0.5 s" in said
+        assert "warehouse.lock_wait_seconds" in said
+    finally:
+        duckdb_turns.release(engine)
+        proc.kill()
+        proc.wait(30)

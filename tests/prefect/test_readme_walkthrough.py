@@ -33,9 +33,11 @@ def blocks(readme: str, heading: str, until: str | None = None) -> str:
 
 
 def failure(output: str) -> str:
-    """The output to show when the script failed: its lines other than DuckDB's exit noise."""
-    lines = [line for line in output.splitlines() if not line.startswith(" - leaked")]
-    return "\n".join(lines)[-8000:]
+    """The output to show when the script failed: its lines other than DuckDB's exit noise,
+    from its first traceback when it has one (else its end)."""
+    text = "\n".join(line for line in output.splitlines() if not line.startswith(" - leaked"))
+    first = text.find("Traceback")
+    return text[max(0, first - 2000):first + 6000] if first >= 0 else text[-8000:]
 
 
 def run_script(script: str, tmp_path: Path, ports: dict[str, str],

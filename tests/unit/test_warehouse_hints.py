@@ -32,6 +32,9 @@ CASES = [
     ("duckdb", "Catalog Error: Table with name users_sync does not exist!", None),
     ("duckdb", "Out of Memory Error: failed to pin block of size 256.0 KiB (121.8 MiB/122.0 "
      "MiB used)", "?memory_limit=1GB"),
+    ("duckdb", "after waiting 300 s: IO Error: Could not set lock on file \"/data/w.duckdb\": "
+     "Conflicting lock is held in /usr/bin/python3.11 (PID 4242).",
+     "warehouse.lock_wait_seconds"),
 ]
 
 

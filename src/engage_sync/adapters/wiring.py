@@ -77,7 +77,7 @@ def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.En
             connect_args["read_only"] = True
         engine = sa.create_engine(url, **({"connect_args": connect_args} if connect_args else {}))
         if duckdb:
-            duckdb_turns.take_turns(engine)
+            duckdb_turns.take_turns(engine, integration.warehouse.lock_wait_seconds)
         if duckdb and "memory_limit" not in url:
             # DuckDB sorts a window (or each slice of a large one, `duckdb_slices`) before
             # its first batch; a memory limit makes it spill to disk instead, which keeps

@@ -78,6 +78,10 @@ class Warehouse(Frozen):
     """`auto`: Arrow-native where the project has a reader for the dialect (DuckDB; PostgreSQL
     through ADBC when `adbc-driver-postgresql` is installed); `sqlalchemy`: rows through
     SQLAlchemy's server-side cursor."""
+    lock_wait_seconds: float = Field(default=300, ge=0, le=86_400)
+    """DuckDB files only: how long a connect waits while another process holds the file's
+    lock (DuckDB lets one process open a file for writing), as scheduled runs of several
+    integrations of one file do when they start together. 0: fail at once."""
 
 
 class Source(Frozen):

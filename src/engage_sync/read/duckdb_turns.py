@@ -1,30 +1,89 @@
-"""DuckDB engines of one process take turns to open and close a file.
+"""DuckDB engines take turns to open and close a file: within a process, and with other
+processes.
 
-DuckDB shares one database instance per file within a process. When one engine closes its
-last connection to a file while another engine opens the same file, the opening fails with
-"Unique file handle conflict". This happens when partitions in threads start and finish
-side by side. Invariant: every connect of a DuckDB engine made by `wiring.warehouse_engine`,
-and every disposal made through `release`, holds one process-wide lock.
+- Within a process: DuckDB shares one database instance per file. When one engine closes its
+  last connection to a file while another engine opens the same file, the opening fails with
+  "Unique file handle conflict". This happens when partitions in threads start and finish
+  side by side. Invariant: every connect of a DuckDB engine made through `take_turns`, and
+  every disposal made through `release`, holds one process-wide lock.
+- Between processes: DuckDB lets one process open a file for writing. Scheduled runs of
+  several integrations of one file start together, and all but one would fail with "Could not
+  set lock on file". Invariant: a connect that meets another process's lock retries, with the
+  process lock released between tries, until `lock_wait` seconds have passed since its first
+  try; then the driver's error is raised with the wait added to its message.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+log = logging.getLogger("engage_sync.read")
+
 _TURN = threading.Lock()
+_LOCKED = "could not set lock on file"
+T = TypeVar("T")
 
 
-def take_turns(engine: sa.Engine) -> None:
-    """Make a DuckDB engine's connects wait for the process's other opens and closes."""
-    sa.event.listen(engine, "do_connect", _connect_in_turn)
+def take_turns(engine: sa.Engine, lock_wait: float = 0.0) -> None:
+    """Make a DuckDB engine's connects wait for the process's other opens and closes, and for
+    another process's lock on the file for up to `lock_wait` seconds."""
+
+    def connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        def once() -> Any:
+            with _TURN:
+                return dialect.connect(*cargs, **cparams)
+
+        return waiting_for_lock(once, lock_wait)
+
+    sa.event.listen(engine, "do_connect", connect)
 
 
-def _connect_in_turn(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-    with _TURN:
-        return dialect.connect(*cargs, **cparams)
+def locked_elsewhere(exc: BaseException) -> bool:
+    """Whether a DuckDB connect failed because another process holds the file's lock."""
+    return _LOCKED in str(exc).lower()
+
+
+def waiting_for_lock(connect: Callable[[], T], lock_wait: float, *,
+                     clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> T:
+    """`connect()`, tried again while another process holds the file's lock, for up to
+    `lock_wait` seconds from the first try (pauses of 0.05 s doubling to 1 s); any other
+    error, or the lock still held, raises at once."""
+    deadline: float | None = None
+    pause = 0.05
+    while True:
+        try:
+            return connect()
+        except Exception as exc:
+            if not locked_elsewhere(exc):
+                raise
+            now = clock()
+            if deadline is None:
+                deadline = now + lock_wait
+                if lock_wait > 0:
+                    log.info("the DuckDB file is locked by another process; waiting up to "
+                             "%g s for it (warehouse.lock_wait_seconds)", lock_wait)
+            if now >= deadline:
+                raise _waited(exc, lock_wait) from exc
+            sleep(min(pause, deadline - now))
+            pause = min(pause * 2, 1.0)
+
+
+def _waited(exc: Exception, lock_wait: float) -> Exception:
+    """The driver's error, of its own type, its message led by the wait (a first line may be
+    cut short where it is shown, and the driver's message ends with a path and a link)."""
+    if lock_wait <= 0:
+        return exc
+    try:
+        return type(exc)(f"after waiting {lock_wait:g} s: {exc}")
+    except Exception:  # an error type that wants other arguments: the driver's own
+        return exc
 
 
 def release(engine: sa.Engine) -> None:

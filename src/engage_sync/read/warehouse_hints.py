@@ -44,6 +44,10 @@ _HINTS: tuple[tuple[str, str, str], ...] = (
     ("duckdb", r"out of memory",
      "give DuckDB more memory: ?memory_limit=1GB (or more) on warehouse.url (engage-sync "
      "sets 128MB otherwise)"),
+    ("duckdb", r"could not set lock on file",
+     "another process has the DuckDB file open (DuckDB lets one process write it): wait "
+     "longer for it (warehouse.lock_wait_seconds) or run the file's integrations one at a "
+     "time"),
     ("*", r"connection refused|timed out|could not connect|name or service not known",
      "check the host and port in warehouse.url (or warehouse.connect_args) and that the "
      "warehouse is up"),

@@ -198,7 +198,7 @@ def target_engine(integration: Integration, source: bool = False) -> Engine:
     engine = sa.create_engine(expanded, hide_parameters=True,
                               **({"connect_args": connect_args} if connect_args else {}))
     if engine.dialect.name == "duckdb":
-        duckdb_turns.take_turns(engine)
+        duckdb_turns.take_turns(engine, integration.warehouse.lock_wait_seconds)
     return engine
 
 
