@@ -59,6 +59,16 @@ class RunRefused(SyncError):
     """A run refused before sending anything (for example a delete cap)."""
 
 
+class RunInProgress(RunRefused):
+    """Another process holds the integration's unfinished run of this mode (its lease is
+    live): this run read and sent nothing. What a scheduled run meets while a long one (a
+    first load) is still going: a flow run ends "Skipped", the CLI exits with EX_TEMPFAIL."""
+
+
+SKIPPED = "skipped"
+"""The one key of a flow's result for a RunInProgress: its message."""
+
+
 class RunStopped(RateBudgetUnavailable):
     """The run was asked to stop (an orchestrator's SIGTERM, `run.stop`). No request leaves
     after that; those in flight are settled, those that never left are taken out of the

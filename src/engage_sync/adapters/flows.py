@@ -7,7 +7,10 @@ from `prefect deployment run … --param …` or from `engage-sync run` does the
 
 A flow run fails (so Prefect automations and notifications fire) when the sync ends in `error`
 or `config_error`, or when the share of failed rows passes the integration's
-`failed_rows_alert_share`; the status record's `message` says the same. Each run leaves its
+`failed_rows_alert_share`; the status record's `message` says the same. A run that finds its
+integration's run of the same mode still going in another process (a schedule's tick during a
+long first load) reads and sends nothing and ends in a Completed state named "Skipped", which
+says why: no alert fires every tick. Each run leaves its
 status record and its rejected rows (keys and reasons, never payload values) as table
 artifacts, then prunes row error records older than the retention age.
 """
@@ -22,15 +25,16 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed, State
 
-from engage_sync.adapters import prefect_exit
+from engage_sync.adapters import prefect_exit, run_logs
 from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import open_state, run_direct, sync_file
 from engage_sync.config.files import integration_files, resolve_integration
 from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.errors import SyncError
+from engage_sync.errors import SKIPPED, RunInProgress, SyncError
 from engage_sync.run.folder import run_order
 from engage_sync.run.options import run_options
 from engage_sync.state import retention
@@ -102,8 +106,14 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes,
                               partitions, send_whole, accept_schema)
         path = resolve_integration(integration, config_dir)
-        outcome = sync_file(path, options=options, store=store, budgets=budgets,
-                            on_progress=progress, runner=prefect_runner, blocks=secret_block)
+        with run_logs.shipped():
+            outcome = sync_file(path, options=options, store=store, budgets=budgets,
+                                on_progress=progress, runner=prefect_runner,
+                                blocks=secret_block)
+    except RunInProgress as exc:  # nothing read or sent: not a failure to alert on
+        said = one_line(exc, Path(integration).stem)
+        logger.warning("skipped: %s", said)
+        return {SKIPPED: said}
     except SyncError as exc:  # the UI's state message and the CLI's last line say the same
         raise SyncAlert(one_line(exc, Path(integration).stem)) from exc
     if outcome.dry_run is not None:
@@ -146,8 +156,9 @@ def sync_integration(
     partitions: int | None = None,
     send_whole: bool = False,
     accept_schema: bool = False,
-) -> dict[str, Any]:
-    """Sync one integration and return its status record.
+) -> dict[str, Any] | State[Any]:
+    """Sync one integration and return its status record (or a "Skipped" state while another
+    process runs the integration in the same mode).
 
     Args:
         integration: Integration file path, or its name in the config folder.
@@ -170,9 +181,12 @@ def sync_integration(
         accept_schema: Accept a changed type of a mapped column or payload key in the source
             (a run stops before sending anything when one changed since the last run).
     """
-    return run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
-                   state_url, allow_deletes=allow_deletes, partitions=partitions,
-                   send_whole=send_whole, accept_schema=accept_schema)
+    result = run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
+                     state_url, allow_deletes=allow_deletes, partitions=partitions,
+                     send_whole=send_whole, accept_schema=accept_schema)
+    if SKIPPED in result:
+        return Completed(name="Skipped", message=result[SKIPPED], data=result)
+    return result
 
 
 @task(name="sync-integration", retries=0, cache_policy=NO_CACHE,

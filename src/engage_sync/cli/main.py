@@ -19,7 +19,7 @@ from typing import Any
 from engage_sync.adapters import telemetry
 from engage_sync.adapters.failures import expected, one_line
 from engage_sync.cli.logging_setup import configure
-from engage_sync.errors import RunStopped, SyncError
+from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
 
 
 def resolve_integration(name_or_path: str, config_dir: str) -> Path:
@@ -48,6 +48,9 @@ def _prefect_server() -> None:
         "or run with --no-prefect")
 
 
+EXIT_IN_PROGRESS = 75  # EX_TEMPFAIL: another process runs the integration; try again later
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
@@ -67,6 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
             state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,
             accept_schema=args.accept_schema)
+    if isinstance(result, dict) and SKIPPED in result:  # the flow's form of RunInProgress
+        print(f"engage-sync: {result[SKIPPED]}", file=sys.stderr)
+        return EXIT_IN_PROGRESS
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
 
@@ -349,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `engage-sync status ... | head`: the reader has had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except RunInProgress as exc:  # another process runs it: try again later
+        print(f"engage-sync: {one_line(exc)}", file=sys.stderr)
+        return EXIT_IN_PROGRESS
     except RunStopped as exc:  # SIGTERM: stopped resumable, and says so
         from engage_sync.adapters.stop_signal import EXIT_STOPPED
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from engage_sync.cursor.progress import Cursor, decode_cursor
 from engage_sync.cursor.window import Window
-from engage_sync.errors import RunRefused
+from engage_sync.errors import RunInProgress
 from engage_sync.state.owners import owner_alive, owner_gone_here, owner_token
 from engage_sync.state.records import JournalEntry
 from engage_sync.state.store import StateStore
@@ -49,7 +49,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
              owner: str | None = None,
              lease_seconds: float = 60) -> Opened:
     """Resume the integration's unfinished run of this mode and scope, or open a new one on
-    `new_window()`, owned by `owner` with a lease. Raises RunRefused when the unfinished run's
+    `new_window()`, owned by `owner` with a lease. Raises RunInProgress when the unfinished run's
     lease has not expired (or another process took it over first). Requests in
     flight at the crash that are sent again name their rows as possibly doubled when
     `name_duplicates` (`Kind.names_duplicates`)."""
@@ -64,7 +64,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     dead = owner_gone_here(resumed.get("owner"))
     if not state.take_over(run_id, owner or owner_token(), resumed.get("owner"),
                            lease_seconds, expired_only=not dead):
-        raise RunRefused(f"integration {name}: run {resumed['seq']} was just taken over by "
+        raise RunInProgress(f"integration {name}: run {resumed['seq']} was just taken over by "
                          "another process; one run per integration at a time")
     crashed: set[int] = set()
     if resend_in_doubt:
@@ -82,7 +82,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
 
 
 def _refuse_if_owned(name: str, run: dict[str, Any]) -> None:
-    """RunRefused while the run's lease holds, unless its owner is a dead process of this host
+    """RunInProgress while the run's lease holds, unless its owner is a dead process of this host
     (or, for a run from before leases, while its owner's pid lives on this host)."""
     until = run.get("lease_until")
     if until is None:
@@ -92,7 +92,7 @@ def _refuse_if_owned(name: str, run: dict[str, Any]) -> None:
         alive = until > datetime.now(UTC) and not owner_gone_here(run.get("owner"))
     if alive:
         held = f" (its lease runs until {until.isoformat()})" if until is not None else ""
-        raise RunRefused(
+        raise RunInProgress(
             f"integration {name}: run {run['seq']} is still in progress in process "
             f"{run['owner']}{held}; wait for it (one run per integration at a time)")
 

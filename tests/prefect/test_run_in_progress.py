@@ -1,0 +1,65 @@
+"""A run that finds its integration's run of the same mode still going in another process (a
+schedule's tick during a long first load) reads and sends nothing, and is no failure: the flow
+run ends Completed, named "Skipped", saying which run holds it; `engage-sync run` (under
+Prefect or not) says the same in one line and exits 75 (EX_TEMPFAIL: try again later)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engage_sandbox.server import SandboxHandle
+from engage_sync.adapters.flows import sync_integration
+from engage_sync.adapters.wiring import open_state
+from engage_sync.cursor.window import Window
+from engage_sync.run.resume import open_run
+from tests.prefect.conftest import build_folder
+from tests.prefect.test_cli_errors import run_cli
+
+ELSEWHERE = "elsewhere:1:aaaa0000"  # an owner on another host: only its lease tells
+
+
+def held(state_url: str, name: str) -> str:
+    """An unfinished incremental run of `name` whose owner's lease runs for an hour."""
+    window = Window(start=None, signpost=None)
+    return open_run(open_state(state_url), name, "incremental", None, True, lambda: window,
+                    lambda: None, owner=ELSEWHERE, lease_seconds=3600).run_id
+
+
+def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
+        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox.reset()
+    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
+    path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    run_id = held(state_url, "users")
+
+    state = sync_integration(str(path), state_url=state_url, return_state=True)
+    assert state.is_completed() and state.name == "Skipped", (state.name, state.message)
+    assert "integration users: run 1 is still in progress" in str(state.message)
+    assert ELSEWHERE in str(state.message)
+    runs = open_state(state_url).runs_newest_first("users", 0, 5)
+    assert [r["run_id"] for r in runs] == [run_id]  # no run of its own
+    assert open_state(state_url).run(run_id)["owner"] == ELSEWHERE  # the lease untouched
+    assert not _profiles(sandbox)
+
+
+@pytest.mark.parametrize("prefect", [True, False], ids=["prefect", "no-prefect"])
+def test_the_cli_says_so_in_one_line_and_exits_75(
+        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path, prefect: bool) -> None:
+    path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
+    held(f"sqlite:///{tmp_path / 'state.db'}", "users")
+    done = run_cli(prefect_api, tmp_path, path, *([] if prefect else ["--no-prefect"]))
+    assert done.returncode == 75, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("engage-sync: integration users: run 1 is still in progress"), last
+
+
+def _profiles(sandbox: SandboxHandle) -> list[object]:
+    import httpx
+
+    body = httpx.get(f"{sandbox.control_url}/profiles", timeout=30).json()
+    return list(body["profiles"] if isinstance(body, dict) else body)
