@@ -72,6 +72,7 @@ def holder(path: Path, seconds: float) -> subprocess.Popen[str]:
 
 
 def table_file(tmp_path: Path) -> Path:
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "warehouse.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE t AS SELECT 1 AS x")
@@ -112,3 +113,30 @@ def test_a_lock_held_past_the_wait_is_a_source_error_naming_the_key(tmp_path: Pa
         duckdb_turns.release(engine)
         proc.kill()
         proc.wait(30)
+
+
+def test_a_wait_for_one_file_holds_up_no_open_of_another(tmp_path: Path) -> None:
+    held_path, free_path = table_file(tmp_path / "held"), table_file(tmp_path / "free")
+    waiting = warehouse_engine(users(tmp_path / "held", held_path, lock_wait_seconds=60))
+    free = warehouse_engine(users(tmp_path / "free", free_path))
+    proc = holder(held_path, 120)
+    outcome: list[object] = []
+
+    def wait_for_held() -> None:
+        with waiting.connect() as conn:
+            outcome.append(conn.exec_driver_sql("SELECT x FROM t").scalar())
+
+    thread = threading.Thread(target=wait_for_held)
+    try:
+        thread.start()
+        time.sleep(0.5)  # the thread is waiting for the other process's lock by now
+        with free.connect() as conn:  # opened while the other engine waits
+            assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 1
+        assert thread.is_alive() and proc.poll() is None and outcome == []
+    finally:
+        proc.kill()
+        proc.wait(30)
+        thread.join(60)
+        duckdb_turns.release(waiting)
+        duckdb_turns.release(free)
+    assert outcome == [1]  # and it got the file once the other process let go

@@ -1,6 +1,7 @@
 """A run that finds its integration's run of the same mode still going in another process (a
-schedule's tick during a long first load) reads and sends nothing, and is no failure: the flow
-run ends Completed, named "Skipped", saying which run holds it; `engage-sync run` (under
+schedule's tick during a long first load) opens no warehouse (a DuckDB file that run holds is
+not waited for) and sends nothing, and is no failure: the flow run ends Completed, named
+"Skipped", saying which run holds it; `engage-sync run` (under
 Prefect or not) says the same in one line and exits 75 (EX_TEMPFAIL: try again later)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state
 from engage_sync.cursor.window import Window
 from engage_sync.run.resume import open_run
+from tests.integration.test_duckdb_turns import holder
 from tests.prefect.conftest import build_folder
 from tests.prefect.test_cli_errors import run_cli
 
@@ -35,8 +37,13 @@ def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
     path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     run_id = held(state_url, "users")
-
-    state = sync_integration(str(path), state_url=state_url, return_state=True)
+    warehouse = holder(tmp_path / "warehouse.duckdb", 120)  # the holding run reads it
+    try:
+        state = sync_integration(str(path), state_url=state_url, return_state=True)
+        assert warehouse.poll() is None  # skipped without waiting for the file
+    finally:
+        warehouse.kill()
+        warehouse.wait(30)
     assert state.is_completed() and state.name == "Skipped", (state.name, state.message)
     assert "integration users: run 1 is still in progress" in str(state.message)
     assert ELSEWHERE in str(state.message)

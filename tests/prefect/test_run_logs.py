@@ -1,11 +1,13 @@
 """engage-sync's own log lines reach the flow run's logs on the Prefect server (where a team
 reads a run in the UI), from whichever thread logged them: a retried request's warning comes
-from a sending thread, which has no Prefect run context of its own. Nothing is shipped after
-the run, and the logger is left as it was."""
+from a sending thread, which has no Prefect run context of its own. What is shipped is what the
+process logs (the logger's level decides); one handler however many runs are open, gone after
+the last."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -27,11 +29,24 @@ def _logs(api: str, flow_run_id: str) -> list[dict[str, object]]:
     return list(body.json())
 
 
+@pytest.fixture
+def engage_logger() -> Iterator[logging.Logger]:
+    """The `engage_sync` logger, its level and handlers put back after the test."""
+    logger = logging.getLogger("engage_sync")
+    level, handlers = logger.level, list(logger.handlers)
+    yield logger
+    logger.setLevel(level)
+    assert logger.handlers == handlers  # nothing left behind
+
+
+@pytest.mark.parametrize(("level", "shipped_lines"), [(logging.WARNING, 1), (logging.ERROR, 0)])
 def test_a_retry_warning_from_a_sending_thread_is_in_the_flow_runs_logs(
         prefect_api: str, sandbox: SandboxHandle, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, engage_logger: logging.Logger, level: int,
+        shipped_lines: int) -> None:
     sandbox.reset()
     monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
+    engage_logger.setLevel(level)
     httpx.post(f"{sandbox.control_url}/faults", json=[
         {"path": "/users/track", "action": "500", "nth": [1]}], timeout=30).raise_for_status()
     path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
@@ -43,30 +58,50 @@ def test_a_retry_warning_from_a_sending_thread_is_in_the_flow_runs_logs(
     assert state.is_completed(), state.message
     logs = _logs(prefect_api, str(state.state_details.flow_run_id))
     retried = [g for g in logs if "retrying in" in str(g["message"])]
-    assert len(retried) == 1, [g["message"] for g in logs]
-    assert retried[0]["level"] == logging.WARNING
-    assert str(retried[0]["name"]).startswith("engage_sync.")
-    assert "POST /users/track: 500" in str(retried[0]["message"])
-    assert not [h for h in logging.getLogger("engage_sync").handlers
-                if type(h).__name__ == "APILogHandler"]  # removed after the run
+    assert len(retried) == shipped_lines, [g["message"] for g in logs]
+    for line in retried:
+        assert line["level"] == logging.WARNING
+        assert str(line["name"]).startswith("engage_sync.")
+        assert "POST /users/track: 500" in str(line["message"])
+    assert engage_logger.level == level
 
 
-def test_open_only_in_a_flow_run_and_the_logger_left_as_it_was(prefect_api: str) -> None:
+def test_one_handler_while_runs_are_open_and_none_outside_a_run(
+        prefect_api: str, engage_logger: logging.Logger) -> None:
     from prefect import flow
 
-    logger = logging.getLogger("engage_sync")
-    before = logger.level, list(logger.handlers)
-    logger.setLevel(logging.WARNING)
+    before = len(engage_logger.handlers)
 
     @flow
-    def probe() -> tuple[int, int]:
+    def probe() -> tuple[int, int, int]:
         with shipped():
-            return logger.level, len(logger.handlers)
+            outer = len(engage_logger.handlers)
+            with shipped():  # a second run open in the same process
+                inner = len(engage_logger.handlers)
+            return outer, inner, len(engage_logger.handlers)
 
+    with shipped():  # no flow run here: nothing to ship to
+        assert len(engage_logger.handlers) == before
+    assert probe() == (before + 1, before + 1, before + 1)
+    assert len(engage_logger.handlers) == before
+
+
+def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
+        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.integration.test_duckdb_turns import holder
+
+    sandbox.reset()
+    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
+    path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
+    proc = holder(tmp_path / "warehouse.duckdb", 2)  # another process has the file for 2 s
     try:
-        with shipped():  # no flow run here: nothing to ship to
-            assert logger.handlers == before[1] and logger.level == logging.WARNING
-        assert probe() == (logging.INFO, len(before[1]) + 1)
-        assert logger.level == logging.WARNING and logger.handlers == before[1]
+        state = sync_integration(str(path), state_url=f"sqlite:///{tmp_path / 'state.db'}",
+                                 return_state=True)
     finally:
-        logger.setLevel(before[0])
+        proc.kill()
+        proc.wait(30)
+    assert state.is_completed(), state.message
+    said = [str(g["message"]) for g in _logs(prefect_api, str(state.state_details.flow_run_id))]
+    assert [m for m in said if m.startswith("the DuckDB file is held by another process; "
+                                            "waiting up to 300 s")], said

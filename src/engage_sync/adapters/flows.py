@@ -9,8 +9,9 @@ A flow run fails (so Prefect automations and notifications fire) when the sync e
 or `config_error`, or when the share of failed rows passes the integration's
 `failed_rows_alert_share`; the status record's `message` says the same. A run that finds its
 integration's run of the same mode still going in another process (a schedule's tick during a
-long first load) reads and sends nothing and ends in a Completed state named "Skipped", which
-says why: no alert fires every tick. Each run leaves its
+long first load) opens no warehouse, sends and records nothing, and ends in a Completed state
+named "Skipped", which says why: no alert fires every tick (a folder's run goes on with the
+next integration). Each run leaves its
 status record and its rejected rows (keys and reasons, never payload values) as table
 artifacts, then prunes row error records older than the retention age.
 """
@@ -82,8 +83,9 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
             budgets: RateBudgets | None = None, allow_deletes: int | None = None,
             partitions: int | None = None, send_whole: bool = False,
             accept_schema: bool = False) -> dict[str, Any]:
-    """One integration inside a flow or task run: the status record, or a dry run's summary.
-    Raises SyncAlert when the run needs attention."""
+    """One integration inside a flow or task run: the status record, a dry run's summary, or
+    `{"skipped": message}` while another process runs it. Raises SyncAlert when the run needs
+    attention."""
     store = open_state(state_url)
     try:
         return _run_one(store, integration, mode, start, end, dry_run, resend_events,

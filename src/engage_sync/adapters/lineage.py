@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from engage_sync.config.integration import Integration
-from engage_sync.errors import ConfigError
+from engage_sync.errors import ConfigError, RunInProgress
 
 SWITCHES = ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE__TRANSPORT__TYPE")
 
@@ -50,7 +50,8 @@ class Silent:
 @contextmanager
 def observe(path: str | Path, *, live: bool = True) -> Iterator[Observer]:
     """An observer of one run of the file at `path`; an exception raised inside is told as
-    FAIL (START first if the run never started), then raised on."""
+    FAIL (START first if the run never started), then raised on; but RunInProgress, told
+    nothing (a schedule's every tick during another process's long run)."""
     if not live or not enabled():
         yield Silent()
         return
@@ -64,6 +65,8 @@ def observe(path: str | Path, *, live: bool = True) -> Iterator[Observer]:
     run = lineage_events.RunLineage(client, Path(path).stem)
     try:
         yield run
+    except RunInProgress:  # another process's run holds it: this start was no run, told nothing
+        raise
     except BaseException as exc:  # FAIL; ABORT for an interrupt (Ctrl-C, SystemExit)
         run.fail(exc, aborted=not isinstance(exc, Exception))
         raise

@@ -1,43 +1,35 @@
 """engage-sync's own log lines in the flow run's logs, where a team reads a run in the Prefect
-UI: a request retried or given up (naming the service and what it answered), a write-back that
-failed, a DuckDB file waited for, where the run was pinned.
+UI: a request retried or given up (naming the service and what it answered), a failed
+write-back, a DuckDB file waited for.
 
 Prefect ships only its own loggers' records to its API (and those named by
 `PREFECT_LOGGING_EXTRA_LOGGERS`, when set before Prefect configures logging, which a flow
-imported by a worker cannot count on); and it finds a record's flow run in the context of the
-thread that logged it, which the run's sending threads do not have.
+imported by a worker cannot count on); and it finds a record's flow run, and the API to send
+it to, in the context of the thread that logged it, which the run's sending threads lack.
 
-Invariants: while `shipped` is open, every record of the `engage_sync` loggers at INFO or above
-(the level is lowered to INFO for its duration if it was higher) goes to the flow run's logs,
-whichever thread logged it, as the flow run's own thread would send it (its run context and
-settings: `_RunHandler`); nothing else changes for other handlers; the handler is removed and
-the level restored when it closes. The
-lines carry what engage-sync logs anyway: never a secret, never a payload value.
+Invariants:
+- while any `shipped` is open, one handler on the `engage_sync` logger sends its records to
+  the API: a record logged in a run context goes to that run; one logged by a thread without
+  (a sending thread) goes to the most recently opened run that is still open (when flow runs
+  overlap in one process, which a served or CLI process never does, it may be another's);
+- what is shipped is what the process logs: the logger's level and the other handlers are
+  untouched (a served run logs WARNING and above by Prefect's default, `engage-sync run`
+  INFO and above, by `--log-level`);
+- nothing is added where Prefect already ships the logger (PREFECT_LOGGING_EXTRA_LOGGERS);
+- the lines carry what engage-sync logs anyway: never a secret, never a payload value.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prefect.logging.handlers import APILogHandler
 
 LOGGER = "engage_sync"
-
-
-class _RunHandler(APILogHandler):
-    """Prefect's API handler, emitting each record in a copy of the context it was made in:
-    the flow run's, whichever thread logs (Prefect finds a record's flow run and its API's URL
-    in the logging thread's context, and a sending thread has neither)."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.INFO)
-        self._context = contextvars.copy_context()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._context.copy().run(super().emit, record)
 
 
 def _in_a_run() -> bool:
@@ -51,21 +43,44 @@ def _in_a_run() -> bool:
     return True
 
 
+class _RunsHandler(APILogHandler):
+    """Prefect's API handler; a record from a thread with no run context is emitted in a copy
+    of the context of the newest open run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[contextvars.Context] = []  # the open `shipped`, oldest first
+
+    def emit(self, record: logging.LogRecord) -> None:
+        runs = self.runs
+        if runs and not _in_a_run():
+            runs[-1].copy().run(super().emit, record)
+        else:
+            super().emit(record)
+
+
+_HANDLER = _RunsHandler()
+_LOCK = threading.Lock()
+
+
 @contextmanager
 def shipped() -> Iterator[None]:
-    """engage-sync's records of INFO and above to the calling thread's flow run's logs while
-    open; nothing when it is in no flow run (the pipeline called without Prefect)."""
-    if not _in_a_run():
+    """engage-sync's records to the calling thread's flow run's logs while open; nothing when
+    it is in no flow run (the pipeline called without Prefect)."""
+    logger = logging.getLogger(LOGGER)
+    if not _in_a_run() or any(isinstance(h, APILogHandler) and h is not _HANDLER
+                              for h in logger.handlers):
         yield
         return
-    logger = logging.getLogger(LOGGER)
-    level = logger.level
-    handler = _RunHandler()
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
+    run = contextvars.copy_context()
+    with _LOCK:
+        _HANDLER.runs = [*_HANDLER.runs, run]
+        if len(_HANDLER.runs) == 1:
+            logger.addHandler(_HANDLER)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+        with _LOCK:
+            _HANDLER.runs = [r for r in _HANDLER.runs if r is not run]
+            if not _HANDLER.runs:
+                logger.removeHandler(_HANDLER)

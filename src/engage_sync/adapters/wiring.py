@@ -32,13 +32,14 @@ from engage_sync.cpu_affinity import pin_setting, run_pin
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.errors import ConfigError
+from engage_sync.errors import ConfigError, RunInProgress
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read import duckdb_turns, key_digest
 from engage_sync.run.dry_run import DryRun, dry_run
 from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.options import RunOptions
+from engage_sync.run.resume import refuse_if_in_progress
 from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema
 from engage_sync.run.stop import StopRequest
@@ -202,6 +203,8 @@ def sync_file(
         try:
             result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
                            runner, seen, stop, blocks)
+        except RunInProgress:  # another process's run: its write-back is its own
+            raise
         except Exception:
             _write_back(path, options, store, since)
             raise
@@ -229,6 +232,8 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
           seen: lineage.Observer, stop: StopRequest | None,
           blocks: SecretBlocks | None) -> RunResult:
     integration = load_or_record(path, store)
+    if not options.dry_run:  # before the warehouse is opened: a DuckDB file would be waited for
+        refuse_if_in_progress(store, integration.name, options.mode, options.scope)
     with _config_errors_recorded(store, integration.name):
         integration = with_expanded_service(integration)
         engine = warehouse_engine(integration)

@@ -10,7 +10,7 @@ processes.
   several integrations of one file start together, and all but one would fail with "Could not
   set lock on file". Invariant: a connect that meets another process's lock retries, with the
   process lock released between tries, until `lock_wait` seconds have passed since its first
-  try; then the driver's error is raised with the wait added to its message.
+  failed try; then the driver's error is raised with the wait added to its message.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def waiting_for_lock(connect: Callable[[], T], lock_wait: float, *,
                      clock: Callable[[], float] = time.monotonic,
                      sleep: Callable[[float], None] = time.sleep) -> T:
     """`connect()`, tried again while another process holds the file's lock, for up to
-    `lock_wait` seconds from the first try (pauses of 0.05 s doubling to 1 s); any other
+    `lock_wait` seconds from the first failed try (pauses of 0.05 s doubling to 1 s); any other
     error, or the lock still held, raises at once."""
     deadline: float | None = None
     pause = 0.05
@@ -66,11 +66,14 @@ def waiting_for_lock(connect: Callable[[], T], lock_wait: float, *,
             now = clock()
             if deadline is None:
                 deadline = now + lock_wait
-                if lock_wait > 0:
-                    log.info("the DuckDB file is locked by another process; waiting up to "
-                             "%g s for it (warehouse.lock_wait_seconds)", lock_wait)
+                if lock_wait > 0:  # a warning: the run may be minutes late, and this says why
+                    log.warning("the DuckDB file is held by another process; waiting up to "
+                                "%g s for it (warehouse.lock_wait_seconds)", lock_wait)
             if now >= deadline:
-                raise _waited(exc, lock_wait) from exc
+                longer = _waited(exc, lock_wait)
+                if longer is exc:
+                    raise
+                raise longer from exc
             sleep(min(pause, deadline - now))
             pause = min(pause * 2, 1.0)
 

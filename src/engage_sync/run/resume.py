@@ -64,8 +64,8 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     dead = owner_gone_here(resumed.get("owner"))
     if not state.take_over(run_id, owner or owner_token(), resumed.get("owner"),
                            lease_seconds, expired_only=not dead):
-        raise RunInProgress(f"integration {name}: run {resumed['seq']} was just taken over by "
-                         "another process; one run per integration at a time")
+        raise RunInProgress(f"integration {name}: run {resumed['seq']} was just taken over "
+                            "by another process; one run per integration at a time")
     crashed: set[int] = set()
     if resend_in_doubt:
         state.drop_pending(run_id, name, name_duplicates=name_duplicates)
@@ -79,6 +79,15 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     done = [e for e in state.journal_entries(run_id) if e.state != "pending"]
     log.info("integration %s: resuming run %s", name, run_id)
     return Opened(run_id, window, done, crashed)
+
+
+def refuse_if_in_progress(state: StateStore, name: str, mode: str, scope: str | None) -> None:
+    """RunInProgress before anything is read (no warehouse connect, no schema guard) when the
+    unfinished run a start of this mode and scope would resume is held by a live owner;
+    `open_run` checks again when it opens, so this only saves the work."""
+    resumed = state.unfinished_run(name, mode, scope)
+    if resumed is not None:
+        _refuse_if_owned(name, resumed)
 
 
 def _refuse_if_owned(name: str, run: dict[str, Any]) -> None:
