@@ -171,6 +171,16 @@ def build_folder(root: Path, base_url: str) -> Path:
     return folder
 
 
+@pytest.fixture
+def users_yaml(sandbox: SandboxHandle, tmp_path: Path,  # noqa: F811
+               monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The `users` integration of `build_folder` in `tmp_path`, on a sandbox just reset, its
+    key in ENGAGE_API_KEY (a flow run in this process reads it)."""
+    sandbox.reset()
+    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
+    return build_folder(tmp_path, sandbox.base_url) / "users.yaml"
+
+
 def start_serve(folder: Path, state_url: str, api: str, api_key: str, log: Path,
                 *schedule: str) -> subprocess.Popen[bytes]:
     """`python deployments/serve.py FOLDER SCHEDULE... --poll 1` in its own session."""

@@ -30,11 +30,8 @@ def held(state_url: str, name: str) -> str:
 
 
 def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
-        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    sandbox.reset()
-    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
-    path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
+        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path, users_yaml: Path) -> None:
+    path = users_yaml
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     run_id = held(state_url, "users")
     warehouse = holder(tmp_path / "warehouse.duckdb", 120)  # the holding run reads it

@@ -16,7 +16,6 @@ import pytest
 from engage_sandbox.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.run_logs import shipped
-from tests.prefect.conftest import build_folder
 
 
 def _logs(api: str, flow_run_id: str) -> list[dict[str, object]]:
@@ -41,17 +40,13 @@ def engage_logger() -> Iterator[logging.Logger]:
 
 @pytest.mark.parametrize(("level", "shipped_lines"), [(logging.WARNING, 1), (logging.ERROR, 0)])
 def test_a_retry_warning_from_a_sending_thread_is_in_the_flow_runs_logs(
-        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, engage_logger: logging.Logger, level: int,
-        shipped_lines: int) -> None:
-    sandbox.reset()
-    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
+        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path, users_yaml: Path,
+        engage_logger: logging.Logger, level: int, shipped_lines: int) -> None:
     engage_logger.setLevel(level)
     httpx.post(f"{sandbox.control_url}/faults", json=[
         {"path": "/users/track", "action": "500", "nth": [1]}], timeout=30).raise_for_status()
-    path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
     try:
-        state = sync_integration(str(path), state_url=f"sqlite:///{tmp_path / 'state.db'}",
+        state = sync_integration(str(users_yaml), state_url=f"sqlite:///{tmp_path / 'state.db'}",
                                  return_state=True)
     finally:
         httpx.post(f"{sandbox.control_url}/faults", json=[], timeout=30)
@@ -87,16 +82,12 @@ def test_one_handler_while_runs_are_open_and_none_outside_a_run(
 
 
 def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
-        prefect_api: str, sandbox: SandboxHandle, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        prefect_api: str, tmp_path: Path, users_yaml: Path) -> None:
     from tests.integration.test_duckdb_turns import holder
 
-    sandbox.reset()
-    monkeypatch.setenv("ENGAGE_API_KEY", sandbox.api_key)
-    path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
     proc = holder(tmp_path / "warehouse.duckdb", 2)  # another process has the file for 2 s
     try:
-        state = sync_integration(str(path), state_url=f"sqlite:///{tmp_path / 'state.db'}",
+        state = sync_integration(str(users_yaml), state_url=f"sqlite:///{tmp_path / 'state.db'}",
                                  return_state=True)
     finally:
         proc.kill()
