@@ -4,14 +4,19 @@ holding the repository's `config/`, `deployments/` and `.venv` (the install line
 this venv is the install).
 
 Only the fixed ports change (4200, 8787, 8788 → free loopback ports, with ENGAGE_BASE_URL
-pointing the demo integrations at the moved sandbox) and PREFECT_HOME is a scratch folder;
-background processes are stopped with the shell's process group."""
+pointing the demo integrations at the moved sandbox), and the serving schedules' crons, moved
+12 hours away: a tick mid-test starts eight runs beside the walkthrough's own, which then may
+find its integration busy (a 429 from the status server fails `curl -f`, by design; the waits
+and refusals a tick brings are tested on their own: `test_duckdb_turns`,
+`test_run_in_progress`). PREFECT_HOME is a scratch folder; background processes are stopped
+with the shell's process group."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,7 @@ from engage_sync.demo.main import free_port
 from tests.prefect.conftest import ROOT, _stop
 
 INSTALL = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'"
+SERVED_CRONS = ('"*/15 * * * *"', '"0 3 * * sun"')  # incremental, full resync
 
 
 def blocks(readme: str, heading: str, until: str | None = None) -> str:
@@ -78,6 +84,10 @@ def test_the_production_walkthrough_runs_as_written(tmp_path: Path) -> None:
     ports = {"4200": str(free_port()), "8787": str(free_port()), "8788": str(free_port())}
     script = blocks((ROOT / "README.md").read_text(), "## Running it in production")
     assert INSTALL not in script and "until curl -fs" in script  # waits for the server
+    later = datetime.now(UTC) + timedelta(hours=12)  # serve.py's crons are in UTC by default
+    for cron in SERVED_CRONS:
+        assert cron in script
+        script = script.replace(cron, f'"{later.minute} {later.hour} * * *"')
     code, output = run_script(script, tmp_path, ports)
     assert code == 0, failure(output)
     assert "Traceback" not in output, failure(output)
