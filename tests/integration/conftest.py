@@ -365,3 +365,17 @@ def logged_deltas(state: StateStore, integration: str) -> int:
     """How many deltas of the integration wait in the field log."""
     with state.engine.connect() as conn:
         return field_record.logged(conn, integration)
+
+
+ELSEWHERE = "elsewhere:1:aaaa0000"  # an owner on another host: only its lease tells
+
+
+def held_run(state: StateStore, name: str) -> str:
+    """An unfinished incremental run of `name` whose owner (`ELSEWHERE`) holds a lease for an
+    hour: a start of the integration meanwhile is refused (RunInProgress)."""
+    from engage_sync.cursor.window import Window
+    from engage_sync.run.resume import open_run
+
+    window = Window(start=None, signpost=None)
+    return open_run(state, name, "incremental", None, True, lambda: window, lambda: None,
+                    owner=ELSEWHERE, lease_seconds=3600).run_id

@@ -30,6 +30,7 @@ from tests.integration.conftest import (
     T0,
     Service,
     Warehouse,
+    held_run,
     integration_body,
     user_rows,
     users_table,
@@ -253,16 +254,12 @@ def test_a_start_refused_for_a_run_in_progress_tells_nothing(
         lineage_env: pytest.MonkeyPatch, sandbox_key: str) -> None:
     """A schedule's tick while another process runs the integration is no run: no START, no
     FAIL (every tick of a long first load would otherwise be a failed job in lineage)."""
-    from engage_sync.cursor.window import Window
     from engage_sync.errors import RunInProgress
-    from engage_sync.run.resume import open_run
 
     events_file = tmp_path / "lineage.jsonl"
     file_transport(lineage_env, events_file)
     path = users_file(warehouse, service, tmp_path, user_rows(5))
-    window = Window(start=None, signpost=None)
-    open_run(state, "users", "incremental", None, True, lambda: window, lambda: None,
-             owner="elsewhere:1:aaaa0000", lease_seconds=3600)
+    held_run(state, "users")
     with pytest.raises(RunInProgress, match="still in progress"):
         sync_file(path, store=state)
     assert not events_file.exists() or events_in(events_file) == []

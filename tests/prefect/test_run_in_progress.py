@@ -13,27 +13,17 @@ import pytest
 from engage_sandbox.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state
-from engage_sync.cursor.window import Window
-from engage_sync.run.resume import open_run
+from tests.integration.conftest import ELSEWHERE, held_run
 from tests.integration.test_duckdb_turns import holder
 from tests.prefect.conftest import build_folder
 from tests.prefect.test_cli_errors import run_cli
-
-ELSEWHERE = "elsewhere:1:aaaa0000"  # an owner on another host: only its lease tells
-
-
-def held(state_url: str, name: str) -> str:
-    """An unfinished incremental run of `name` whose owner's lease runs for an hour."""
-    window = Window(start=None, signpost=None)
-    return open_run(open_state(state_url), name, "incremental", None, True, lambda: window,
-                    lambda: None, owner=ELSEWHERE, lease_seconds=3600).run_id
 
 
 def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
         prefect_api: str, sandbox: SandboxHandle, tmp_path: Path, users_yaml: Path) -> None:
     path = users_yaml
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    run_id = held(state_url, "users")
+    run_id = held_run(open_state(state_url), "users")
     warehouse = holder(tmp_path / "warehouse.duckdb", 120)  # the holding run reads it
     try:
         state = sync_integration(str(path), state_url=state_url, return_state=True)
@@ -54,7 +44,7 @@ def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
 def test_the_cli_says_so_in_one_line_and_exits_75(
         prefect_api: str, sandbox: SandboxHandle, tmp_path: Path, prefect: bool) -> None:
     path = build_folder(tmp_path, sandbox.base_url) / "users.yaml"
-    held(f"sqlite:///{tmp_path / 'state.db'}", "users")
+    held_run(open_state(f"sqlite:///{tmp_path / 'state.db'}"), "users")
     done = run_cli(prefect_api, tmp_path, path, *([] if prefect else ["--no-prefect"]))
     assert done.returncode == 75, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and done.stdout == ""

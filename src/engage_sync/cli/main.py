@@ -71,8 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,
             accept_schema=args.accept_schema)
     if isinstance(result, dict) and SKIPPED in result:  # the flow's form of RunInProgress
-        print(f"engage-sync: {result[SKIPPED]}", file=sys.stderr)
-        return EXIT_IN_PROGRESS
+        raise RunInProgress(result[SKIPPED])  # said and exited as `--no-prefect` does (main)
     _print_json(result)
     return 0 if not isinstance(result, dict) or result.get("job_status") != "error" else 1
 
