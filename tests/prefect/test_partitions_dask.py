@@ -247,6 +247,29 @@ def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
     store.engine.dispose()
 
 
+def test_a_retry_warning_in_a_dask_worker_is_in_the_flow_runs_logs(
+        prefect_api: str, tight: Service, tmp_path: Path) -> None:
+    """A partition's request answered 500 is retried by a sending thread of a Dask worker's
+    process: its warning reaches the flow run's logs on the server, under the partition's task
+    run (before, it went to the worker's standard error only)."""
+    users, _ = build(tmp_path, tight, 2000, users=200)
+    tight.faults([{"path": TRACK, "action": "500", "nth": [1]}])
+    code, out, err = finish(run_flow(users, f"sqlite:///{tmp_path / 'state.db'}"))
+    assert code == 0, err[-3000:]
+    assert json.loads(out)["rows_synced"] == 2000
+    with httpx.Client(base_url=prefect_api, timeout=30) as api:
+        logs = api.post("/logs/filter", json={"logs": {"level": {"ge_": 30}},
+                                              "limit": 200, "sort": "TIMESTAMP_DESC"}).json()
+        retried = [g for g in logs if "POST /users/track: 500" in g["message"]
+                   and "retrying in" in g["message"]]
+        assert len(retried) == 1, [g["message"] for g in logs]
+        line = retried[0]
+        assert line["name"].startswith("engage_sync.") and line["flow_run_id"]
+        task_run = api.get(f"/task_runs/{line['task_run_id']}").json()
+    assert task_run["name"].startswith("partition-") and task_run["flow_run_id"] == line[
+        "flow_run_id"]
+
+
 def held_back(store: Any, svc: Service, rows: int) -> None:
     """After the stopped run: some partitions finished, some did not; the cursor (if it moved)
     is below every event not delivered, and no partition's progress passed one of its own."""

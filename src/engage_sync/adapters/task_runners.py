@@ -20,6 +20,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from engage_sync.adapters import run_logs
 from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import run_partition
 from engage_sync.config import secrets
@@ -36,8 +37,11 @@ TICK_SECONDS = 2.0
       task_run_name="partition-{job.index}-of-{job.count}")
 def partition_task(job: PartitionJob, budgets: RateBudgets | None = None) -> dict[str, Any]:
     """One partition (Prefect task retries stay off: delivery owns retries, and a partition
-    that stopped resumes with the next start of the run)."""
-    return run_partition(job, budgets, secret_block)
+    that stopped resumes with the next start of the run). Its engage-sync log lines go to the
+    flow run's logs from a Dask worker's process too (Prefect's log worker there sends them
+    in batches, and what is left when the worker's process ends)."""
+    with run_logs.shipped():
+        return run_partition(job, budgets, secret_block)
 
 
 def task_runner(integration: Integration, partitions: int) -> TaskRunner[Any]:
