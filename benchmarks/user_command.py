@@ -19,7 +19,8 @@ Prefect home each time, and reports:
   (the CLI, a field helper, a temporary Prefect server; not a running server's);
 - the CLI's threads' user and system CPU seconds, by thread name (`thread_cpu_s`);
 - when the sandbox received the first and the last request, from the command's start, and
-  the command's time after the last (`timeline_s`);
+  the command's time after the last (`timeline_s`); of that, on a first diffed run, the
+  field helper's write of the record (`helper_s`, from the run's log line);
 - with --profile: where the time goes, from py-spy samples of every thread of the CLI
   process (read, transform, pack, send, journal, Prefect, imports, other).
 
@@ -312,6 +313,9 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             # what the CPU pin did (kept, moved, let go): a run that lost its CPU is slower
             "pin_log": [line.split("engage_sync.", 1)[-1][:160] for line in err.decode(
                 errors="replace").splitlines() if "CPU" in line][-4:],
+            # a first diffed run's end: the helper's write of the field record (diff/stage.py)
+            "helper_s": [float(line.rsplit(" in ", 1)[1].split()[0]) for line in err.decode(
+                errors="replace").splitlines() if "the helper wrote the field record" in line],
             # the command's processes, each waited for by its parent (the CLI, a field helper,
             # a temporary Prefect server; py-spy too when profiling): user + system seconds
             "cpu_s": round(cpu, 1), "cpu_s_per_million_rows": round(

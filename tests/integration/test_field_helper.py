@@ -6,6 +6,8 @@ integration without the state database's password."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import subprocess
 import sys
 import tempfile
@@ -66,7 +68,7 @@ def _leftovers() -> list[Path]:
 
 
 def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
-    store: StateStore
+    store: StateStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first item is digested in the run (helper after 1 item) and logged; the others
     carry no digests and go to the helper once acknowledged. At close the run folds its log,
@@ -87,7 +89,12 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     differ.apply(later)
     differ.acked(later)
     assert _record(store) == {}  # nothing of the helper's before the run's end
-    differ.close()
+    with caplog.at_level(logging.INFO, logger="engage_sync.diff.stage"):
+        differ.close()
+    said = [r.getMessage() for r in caplog.records if "the helper wrote" in r.getMessage()]
+    assert len(said) == 1 and re.fullmatch(
+        f"integration {INTEGRATION}: the helper wrote the field record of this first run in "
+        r"\d+\.\d\d s", said[0]), said
     assert _logged(store) == 0 and differ.helper is None
     want = {field_codec.user_key(i.user): _whole(i) for i in (later[0], later[1], items[2])}
     assert _record(store) == want

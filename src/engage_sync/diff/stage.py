@@ -31,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 import orjson
@@ -77,11 +78,15 @@ class Differ:
 
     def close(self) -> None:
         """After the run's last settlement: fold what it logged, then let its helper, if any,
-        write what it kept (raises SyncError if the helper failed)."""
+        write what it kept (raises SyncError if the helper failed). The helper's write is
+        most of a first run's end (1.4-2 s for 1M users here): its time is logged."""
         self.state.fold_fields(self.integration)
         helper, self.helper = self.helper, None
         if helper is not None:  # its records are newer than anything the run logged
+            started = time.monotonic()
             helper.finish()
+            log.info("integration %s: the helper wrote the field record of this first run "
+                     "in %.2f s", self.integration, time.monotonic() - started)
         self.logged.clear()
         self.blank = False
 
