@@ -3,7 +3,10 @@
 keys and key values kept; SQLite state in a temporary folder. The journal is built before the
 clock; only the compaction is timed.
 
-    .venv/bin/python benchmarks/compact_cpu.py [--requests 13334] [--runs 3]
+    .venv/bin/python benchmarks/compact_cpu.py [--requests 13334] [--runs 3] [--memory]
+
+`--memory`: the peak of what Python allocated during the compaction (tracemalloc, which
+slows it: CPU and wall are then not comparable).
 
 Another revision's code, for a before/after: `git archive REV src | tar -x -C /tmp/rev`, then
 `PYTHONPATH=/tmp/rev/src .venv/bin/python benchmarks/compact_cpu.py`.
@@ -15,6 +18,7 @@ import argparse
 import statistics
 import tempfile
 import time
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 
 from engage_sync.state.records import JournalEntry, Settlement
@@ -32,8 +36,9 @@ def entry(n: int) -> JournalEntry:
                         keys=keys, key_values=tuple(f'["{k[9:]}"]' for k in keys))
 
 
-def one(requests: int) -> tuple[float, float, int]:
-    """(CPU s, wall s, entries removed) of compacting one built journal."""
+def one(requests: int, memory: bool = False) -> tuple[float, float, int, float]:
+    """(CPU s, wall s, entries removed, peak MB allocated or 0) of compacting one built
+    journal."""
     store = StateStore.from_url(f"sqlite:///{tempfile.mkdtemp()}/state.db")
     run = store.open_run("bench", "incremental", None, None)
     for first in range(1, requests + 1, GROUP):
@@ -41,23 +46,32 @@ def one(requests: int) -> tuple[float, float, int]:
         store.journal_pending(run, group)
         store.settle(run, "bench", [Settlement(e.req_no, "acked", ITEMS) for e in group],
                      progress=group[-1].end)
+    if memory:
+        tracemalloc.start()
     cpu, wall = time.process_time(), time.perf_counter()
     removed = store.compact_journal(run)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    peak = 0.0
+    if memory:
+        peak = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
     store.engine.dispose()
-    return cpu, wall, removed
+    return cpu, wall, removed, peak
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=13_334)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--memory", action="store_true")
     args = p.parse_args()
-    results = [one(args.requests) for _ in range(args.runs)]
+    results = [one(args.requests, args.memory) for _ in range(args.runs)]
     cpus, walls = [r[0] for r in results], [r[1] for r in results]
     print(f"compaction of {args.requests} entries ({results[0][2]} removed): "
           f"median {statistics.median(cpus):.3f} s CPU, {statistics.median(walls):.3f} s wall "
-          f"(CPU {', '.join(f'{c:.3f}' for c in cpus)})")
+          f"(CPU {', '.join(f'{c:.3f}' for c in cpus)})"
+          + (f"; peak allocated {statistics.median(r[3] for r in results):.0f} MB"
+             if args.memory else ""))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engage_sync.cursor.progress import encode_cursor
-from engage_sync.state.journal import _mergeable, _stretches, json_text, merged_keys
+from engage_sync.state.journal import _mergeable, _parts, _stretches, json_text, merged_keys
 
 
 def test_keys_of_merged_entries_are_all_of_them_in_order() -> None:
@@ -112,3 +112,22 @@ def test_removed_entries_are_deleted_by_stretches_of_consecutive_numbers(
 def test_stretches_cover_exactly_the_numbers(numbers: set[int]) -> None:
     covered = {n for first, last in _stretches(sorted(numbers)) for n in range(first, last + 1)}
     assert covered == numbers
+
+
+# --- how a mergeable group is cut by the size of its keys (`journal._parts`) --------------
+
+def _cut(sizes: list[int | None], cap: int) -> list[list[int]]:
+    entries = [(n, None if size is None else "k" * size) for n, size in enumerate(sizes)]
+    return [[n for n, _ in part] for part in _parts(entries, cap)]
+
+
+@pytest.mark.parametrize(("sizes", "cap", "parts"), [
+    ([3, 3, 3, 3], 7, [[0, 1], [2, 3]]),
+    ([3, 3, 3, 3], 6, [[0, 1], [2, 3]]),  # at the cap exactly: still one part
+    ([2, 20, 2], 5, [[0], [1], [2]]),  # an entry over the cap is a part alone
+    ([None, None, 4], 4, [[0, 1, 2]]),  # an entry without keys adds nothing
+    ([], 4, []),
+])
+def test_a_group_is_cut_into_parts_whose_keys_fit_the_cap(
+        sizes: list[int | None], cap: int, parts: list[list[int]]) -> None:
+    assert _cut(sizes, cap) == parts

@@ -5,13 +5,14 @@ Part of `StateStore` (a mixin using only `self.engine`); the functions taking a 
 are the pieces of the store's transactions that also write runs and row errors. Invariants:
 - entries of one run cover contiguous ranges of the source order: entry n covers rows with
   cursor in (end of entry n-1, end of entry n];
-- compacting a finished run's journal keeps its ranges and its counts.
+- compacting a finished run's journal keeps its ranges and its counts, and writes no merged
+  entry whose item keys pass `MERGED_KEYS_CHARS` (an entry over it stays as it was).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -24,6 +25,14 @@ from engage_sync.state.partitions import own_runs
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import request_position
 from engage_sync.state.schema import SETTLED, journal, retries, runs
+
+MERGED_KEYS_CHARS = 8_000_000
+"""Item keys (characters of their JSON text) one merged entry holds at most: about 600,000
+keys of a dozen characters. A run's whole journal merged into one entry grew with the run: its
+compaction held every key twice at the run's end (+140 MB at 5,000,000 events), a backfill
+parses an entry's keys at once, and a value passes SQLite's and PostgreSQL's 1 GB limit at some
+25,000,000 keys of 40 characters."""
+KEYS_FETCHED = 500  # entries whose keys one query of a compaction reads
 
 # built once: a run journals and settles each request (SQLAlchemy keys its compiled-SQL cache
 # on the statement, which costs more than the execution when the statement is new each time)
@@ -141,31 +150,70 @@ class Journal:
         return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),
                  None if r[2] is None else json.loads(r[2])) for r in rows]
 
-    def compact_journal(self, run_id: str) -> int:
+    def compact_journal(self, run_id: str, max_chars: int = MERGED_KEYS_CHARS) -> int:
         """Merge a finished run's acknowledged, error-free requests that follow each other in
-        the source order into one entry: the ranges (which backfills consult) and the counts
-        stay the same, and the journal grows by a few rows per run, not one per request.
-        Returns the number of entries removed."""
+        the source order into one entry per `max_chars` of item keys: the ranges (which
+        backfills consult) and the counts stay the same, and the journal keeps a row per
+        stretch of the run, not one per request. The keys are read once, `KEYS_FETCHED`
+        entries at a time (never the whole run's at once). Returns the number of entries
+        removed."""
         with self.engine.begin() as conn:
             rows = conn.execute(sa.select(
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
                 journal.c.state, journal.c.failed, journal.c.in_doubt,
-                journal.c.item_count, journal.c.synced, journal.c.item_keys,
+                journal.c.item_count, journal.c.synced,
             ).where(journal.c.run_id == run_id).order_by(journal.c.req_no)).all()
             removed: list[int] = []
             for group in (g for g in _mergeable(rows) if len(g) > 1):
-                conn.execute(journal.update().where(
-                    journal.c.run_id == run_id, journal.c.req_no == group[0].req_no,
-                ).values(end_cursor=group[-1].end_cursor,
-                         item_count=sum(r.item_count for r in group),
-                         synced=sum(r.synced for r in group),
-                         item_keys=merged_keys(r.item_keys for r in group),
-                         item_key_values=None))  # kept only to name pending entries
-                removed += [r.req_no for r in group[1:]]
+                for part in _parts(_with_keys(conn, run_id, group), max_chars):
+                    if len(part) < 2:
+                        continue
+                    entries = [r for r, _ in part]
+                    conn.execute(journal.update().where(
+                        journal.c.run_id == run_id, journal.c.req_no == entries[0].req_no,
+                    ).values(end_cursor=entries[-1].end_cursor,
+                             item_count=sum(r.item_count for r in entries),
+                             synced=sum(r.synced for r in entries),
+                             item_keys=merged_keys(keys for _, keys in part),
+                             item_key_values=None))  # kept only to name pending entries
+                    removed += [r.req_no for r in entries[1:]]
             for first, last in _stretches(removed):
                 conn.execute(journal.delete().where(
                     journal.c.run_id == run_id, journal.c.req_no.between(first, last)))
         return len(removed)
+
+
+def _with_keys(conn: Connection, run_id: str, group: Sequence[Any]
+               ) -> Iterator[tuple[Any, str | None]]:
+    """The group's entries, in its order, each with its item keys (JSON text, or None), read
+    `KEYS_FETCHED` entries a query (by a range of numbers where they follow each other, as a
+    run that was never resumed journals them)."""
+    for i in range(0, len(group), KEYS_FETCHED):
+        chunk = group[i:i + KEYS_FETCHED]
+        numbers = [r.req_no for r in chunk]
+        first, last = min(numbers), max(numbers)
+        which = (journal.c.req_no.between(first, last) if last - first + 1 == len(numbers)
+                 else journal.c.req_no.in_(numbers))
+        keys = dict(conn.execute(sa.select(journal.c.req_no, journal.c.item_keys).where(
+            journal.c.run_id == run_id, which)).tuples().all())
+        yield from ((r, keys[r.req_no]) for r in chunk)
+
+
+def _parts(entries: Iterable[tuple[Any, str | None]], max_chars: int
+           ) -> Iterator[list[tuple[Any, str | None]]]:
+    """A mergeable group's (entry, item keys) in order, cut into parts whose keys come to at
+    most `max_chars` characters (an entry over it alone is a part alone)."""
+    part: list[tuple[Any, str | None]] = []
+    chars = 0
+    for entry, keys in entries:
+        size = len(keys or "")
+        if part and chars + size > max_chars:
+            yield part
+            part, chars = [], 0
+        part.append((entry, keys))
+        chars += size
+    if part:
+        yield part
 
 
 def _stretches(numbers: Sequence[int]) -> list[tuple[int, int]]:
@@ -193,7 +241,7 @@ def _in_source_order(rows: Sequence[Any]) -> Sequence[Any]:
 def _mergeable(rows: Sequence[Any]) -> list[list[Any]]:
     """Entries (in journal order) in source order, grouped: a group is acked, error-free
     entries that follow each other (a range ending where the next starts); any other entry is
-    a group alone."""
+    a group alone (`_parts` then cuts a group by the size of its keys)."""
     ordered = _in_source_order(rows)
     groups: list[list[Any]] = []
     for r in ordered:

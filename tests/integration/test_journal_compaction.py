@@ -1,0 +1,89 @@
+"""A finished run's journal compacted (`Journal.compact_journal`) on SQLite and PostgreSQL:
+acknowledged requests that follow each other in the source order become one entry per
+`max_chars` of item keys, never one entry for the whole run (whose keys a backfill parses at
+once, and which passed the databases' 1 GB value limit on a large first load); the ranges, the
+counts and every key, in order, stay."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from engage_sync.state.records import JournalEntry, Settlement
+from engage_sync.state.schema import journal
+from engage_sync.state.store import StateStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+ITEMS = 10
+
+
+def _at(n: int) -> tuple[datetime, str]:
+    return (T0 + timedelta(seconds=n), f"ev-{n * ITEMS:05d}")
+
+
+def _entry(req_no: int, block: int) -> JournalEntry:
+    """Request `req_no` covers block `block` of the source: (block, block + 1]."""
+    keys = tuple(f"EVENT_ID=ev-{block * ITEMS + j:05d}" for j in range(ITEMS))
+    return JournalEntry(req_no, None if block == 0 else _at(block), _at(block + 1), ITEMS,
+                        keys=keys, key_values=tuple(f'["{k[9:]}"]' for k in keys))
+
+
+def _journaled(state: StateStore, blocks: list[int], in_doubt: frozenset[int] = frozenset(),
+               finish: bool = True) -> tuple[str, list[str]]:
+    """A run whose request i + 1 covers blocks[i], finished (so compacted at the default
+    size) unless `finish` is False; returns the run and every key in source order."""
+    run = state.open_run("events", "incremental", None, None)
+    entries = [_entry(i + 1, b) for i, b in enumerate(blocks)]
+    state.journal_pending(run, entries)
+    state.settle(run, "events", [
+        Settlement(e.req_no, "in_doubt", 0, reason="timeout") if e.req_no in in_doubt
+        else Settlement(e.req_no, "acked", ITEMS) for e in entries], progress=None)
+    if finish:
+        state.finish_run(run, "success")
+    keys = [k for b in sorted(blocks) for k in _entry(0, b).keys or ()]
+    return run, keys
+
+
+def _rows(state: StateStore, run: str) -> list[sa.Row[tuple[int, str, int, int]]]:
+    with state.engine.connect() as conn:
+        return list(conn.execute(
+            sa.select(journal.c.req_no, journal.c.item_keys, journal.c.item_count,
+                      journal.c.synced).where(journal.c.run_id == run)
+            .order_by(journal.c.req_no)).all())
+
+
+def test_a_finished_runs_journal_is_a_row_per_stretch_between_requests_in_doubt(
+        state_both: StateStore) -> None:
+    run, keys = _journaled(state_both, list(range(40)), in_doubt=frozenset({21}))
+    rows = _rows(state_both, run)
+    assert [r.req_no for r in rows] == [1, 21, 22]
+    assert [k for r in rows for k in json.loads(r.item_keys)] == keys
+
+
+def test_a_run_is_compacted_into_parts_of_at_most_max_chars_of_keys(
+        state_both: StateStore) -> None:
+    run, keys = _journaled(state_both, list(range(40)), in_doubt=frozenset({21}), finish=False)
+    one = max(len(r.item_keys) for r in _rows(state_both, run))
+    cap = 3 * one + 5  # three entries' keys a part
+    removed = state_both.compact_journal(run, max_chars=cap)
+    rows = _rows(state_both, run)
+    # requests 1-20 in 7 parts (six of 3, one of 2), 21 alone (in doubt), 22-40 in 7
+    assert len(rows) == 15 and removed == 40 - 15
+    assert all(len(r.item_keys) <= cap for r in rows)
+    assert [k for r in rows for k in json.loads(r.item_keys)] == keys
+    assert sum(r.item_count for r in rows) == 40 * ITEMS
+    assert sum(r.synced for r in rows) == 39 * ITEMS
+
+
+def test_a_resumed_runs_journal_out_of_source_order_keeps_its_keys_in_source_order(
+        state_both: StateStore) -> None:
+    """A resume journaled later blocks before earlier ones: the parts follow the source
+    order. Requests 1, 2, 5 and 6 (blocks 0-3) merge, their keys read by number (3 and 4 are
+    not theirs: request 3, block 4, is in doubt); 4 and 7 (blocks 5 and 6) merge."""
+    run, keys = _journaled(state_both, [0, 1, 4, 5, 2, 3, 6], in_doubt=frozenset({3}))
+    rows = _rows(state_both, run)
+    assert [r.req_no for r in rows] == [1, 3, 4]
+    assert [k for r in rows for k in json.loads(r.item_keys)] == keys
+    assert [r.item_count for r in rows] == [4 * ITEMS, ITEMS, 2 * ITEMS]
