@@ -6,11 +6,14 @@ counts and every key, in order, stay."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import sqlalchemy as sa
 
+from engage_sync.state import journal as journal_module
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.schema import journal
 from engage_sync.state.store import StateStore
@@ -62,9 +65,19 @@ def test_a_finished_runs_journal_is_a_row_per_stretch_between_requests_in_doubt(
     assert [k for r in rows for k in json.loads(r.item_keys)] == keys
 
 
+def _chained(ranges: list[tuple[object, object, object]], last: object) -> bool:
+    """Whether the ranges, sorted by end, cover the source from its beginning to `last`
+    without a gap."""
+    ordered = sorted(ranges, key=lambda r: r[1])  # type: ignore[arg-type,return-value]
+    return (ordered[0][0] is None and ordered[-1][1] == last
+            and all(b[0] == a[1] for a, b in itertools.pairwise(ordered)))
+
+
 def test_a_run_is_compacted_into_parts_of_at_most_max_chars_of_keys(
-        state_both: StateStore) -> None:
+        state_both: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_module, "KEYS_FETCHED", 2)  # parts cross reads of keys
     run, keys = _journaled(state_both, list(range(40)), in_doubt=frozenset({21}), finish=False)
+    doubtful = _rows(state_both, run)[20]
     one = max(len(r.item_keys) for r in _rows(state_both, run))
     cap = 3 * one + 5  # three entries' keys a part
     removed = state_both.compact_journal(run, max_chars=cap)
@@ -75,15 +88,20 @@ def test_a_run_is_compacted_into_parts_of_at_most_max_chars_of_keys(
     assert [k for r in rows for k in json.loads(r.item_keys)] == keys
     assert sum(r.item_count for r in rows) == 40 * ITEMS
     assert sum(r.synced for r in rows) == 39 * ITEMS
+    assert rows[7] == doubtful  # the request in doubt, as it was
+    ranges = state_both.settled_ranges("events", ["incremental"])
+    assert len(ranges) == 15 and _chained(ranges, _at(40))
 
 
 def test_a_resumed_runs_journal_out_of_source_order_keeps_its_keys_in_source_order(
-        state_both: StateStore) -> None:
+        state_both: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """A resume journaled later blocks before earlier ones: the parts follow the source
     order. Requests 1, 2, 5 and 6 (blocks 0-3) merge, their keys read by number (3 and 4 are
     not theirs: request 3, block 4, is in doubt); 4 and 7 (blocks 5 and 6) merge."""
+    monkeypatch.setattr(journal_module, "KEYS_FETCHED", 2)
     run, keys = _journaled(state_both, [0, 1, 4, 5, 2, 3, 6], in_doubt=frozenset({3}))
     rows = _rows(state_both, run)
     assert [r.req_no for r in rows] == [1, 3, 4]
     assert [k for r in rows for k in json.loads(r.item_keys)] == keys
     assert [r.item_count for r in rows] == [4 * ITEMS, ITEMS, 2 * ITEMS]
+    assert _chained(state_both.settled_ranges("events", ["incremental"]), _at(7))

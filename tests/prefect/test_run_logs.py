@@ -7,6 +7,8 @@ the last."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +98,35 @@ def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
     said = [str(g["message"]) for g in _logs(prefect_api, str(state.state_details.flow_run_id))]
     assert [m for m in said if m.startswith("the DuckDB file is held by another process; "
                                             "waiting up to 300 s")], said
+
+
+def test_a_line_from_a_thread_without_a_run_goes_to_the_oldest_open_run(
+        prefect_api: str, engage_logger: logging.Logger) -> None:
+    """A run's threads that carry no run context (the lease's heartbeat, the field helper's
+    writer) ship to the oldest run open in the process: the flow run, not a task run opened
+    inside it (partitions on Prefect's thread pool)."""
+    from prefect import flow, task
+    from prefect.context import get_run_context
+
+    marker = f"a bare thread's line {time.monotonic_ns()}"
+
+    def bare() -> None:
+        thread = threading.Thread(
+            target=lambda: logging.getLogger("engage_sync.probe").warning(marker))
+        thread.start()
+        thread.join()
+
+    @task
+    def partition() -> None:
+        with shipped():
+            bare()
+
+    @flow
+    def probe() -> str:
+        with shipped():
+            partition()
+        return str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+
+    flow_run_id = probe()
+    lines = [g for g in _logs(prefect_api, flow_run_id) if g["message"] == marker]
+    assert len(lines) == 1 and lines[0]["task_run_id"] is None, lines

@@ -125,7 +125,8 @@ def _cut(sizes: list[int | None], cap: int) -> list[list[int]]:
     ([3, 3, 3, 3], 7, [[0, 1], [2, 3]]),
     ([3, 3, 3, 3], 6, [[0, 1], [2, 3]]),  # at the cap exactly: still one part
     ([2, 20, 2], 5, [[0], [1], [2]]),  # an entry over the cap is a part alone
-    ([None, None, 4], 4, [[0, 1, 2]]),  # an entry without keys adds nothing
+    ([None, None], 4, [[0, 1]]),  # entries without keys merge (their ranges stand)
+    ([3, None, None, 3], 40, [[0], [1, 2], [3]]),  # never with entries with keys
     ([], 4, []),
 ])
 def test_a_group_is_cut_into_parts_whose_keys_fit_the_cap(

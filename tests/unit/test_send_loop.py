@@ -4,6 +4,7 @@ with the refused request unsettled."""
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from typing import Any
@@ -346,3 +347,26 @@ def test_in_doubt_and_item_errors_are_counted_and_settle() -> None:
     assert (counts["in_doubt"], counts["failed"], counts["synced"]) == (1, 1, 0)
     assert sorted(state.settled) == [("acked", 2), ("in_doubt", 1)]
     assert state.progress[-1] == (2,)
+
+
+def test_a_request_is_sent_in_the_context_of_the_thread_that_submitted_it() -> None:
+    """What a sending thread logs belongs to the run of the thread that read the rows: Prefect
+    finds a record's flow or task run in the logging thread's context, so partitions running
+    side by side in one process each get their own lines."""
+    run = contextvars.ContextVar("run", default="none")
+    seen: list[str] = []
+
+    class Seeing(FakeDeliverer):
+        def send(self, request: Request) -> Delivery:
+            seen.append(run.get())
+            return super().send(request)
+
+    state = FakeState()
+    sender, _ = loop(state, Seeing(state))
+    for k, name in ((1, "partition-0"), (2, "partition-1")):
+        token = run.set(name)
+        sender.submit(segment(k, f"u{k}"), k)
+        sender.drain()
+        run.reset(token)
+    sender.close()
+    assert seen == ["partition-0", "partition-1"]

@@ -5,13 +5,17 @@ write-back, a DuckDB file waited for.
 Prefect ships only its own loggers' records to its API (and those named by
 `PREFECT_LOGGING_EXTRA_LOGGERS`, when set before Prefect configures logging, which a flow
 imported by a worker cannot count on); and it finds a record's flow run, and the API to send
-it to, in the context of the thread that logged it, which the run's sending threads lack.
+it to, in the context of the thread that logged it. The run's sending threads get the context
+of the thread that submitted each request (`run.send_loop`); other threads of a run (the
+lease's heartbeat, the field helper's writer) have none.
 
 Invariants:
 - while any `shipped` is open, one handler on the `engage_sync` logger sends its records to
-  the API: a record logged in a run context goes to that run; one logged by a thread without
-  (a sending thread) goes to the most recently opened run that is still open (when flow runs
-  overlap in one process, which a served or CLI process never does, it may be another's);
+  the API: a record logged in a run context goes to that run (a partition's task run, for its
+  sending threads too); one logged by a thread without goes to the oldest run still open in
+  the process (the flow run, where partitions run in its threads; in a Dask worker, one of the
+  flow run's partitions; when flow runs overlap in one process, which a served or CLI process
+  never does, it may be another's);
 - what is shipped is what the process logs: the logger's level and the other handlers are
   untouched (a served run logs WARNING and above by Prefect's default, `engage-sync run`
   INFO and above, by `--log-level`);
@@ -45,7 +49,7 @@ def _in_a_run() -> bool:
 
 class _RunsHandler(APILogHandler):
     """Prefect's API handler; a record from a thread with no run context is emitted in a copy
-    of the context of the newest open run."""
+    of the context of the oldest open run."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,7 +58,7 @@ class _RunsHandler(APILogHandler):
     def emit(self, record: logging.LogRecord) -> None:
         runs = self.runs
         if runs and not _in_a_run():
-            runs[-1].copy().run(super().emit, record)
+            runs[0].copy().run(super().emit, record)
         else:
             super().emit(record)
 

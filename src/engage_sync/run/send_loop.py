@@ -25,6 +25,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -217,7 +218,10 @@ class SendLoop:
             positions=batch.positions, bulk=self.ctx.bulk,
             resend_in_doubt=self.ctx.resend_in_doubt,
         )
-        future = self.pool.submit(self.ctx.deliverer.send, request)
+        # sent in a copy of this thread's context: what the sending thread logs belongs to the
+        # run (a Prefect flow or task run, when there is one) that read the request's rows
+        future = self.pool.submit(contextvars.copy_context().run, self.ctx.deliverer.send,
+                                  request)
         if not self.in_flight:  # time with nothing in flight is no gap between ends
             self.last_end = time.monotonic()
         self.in_flight[future] = (segment, users)

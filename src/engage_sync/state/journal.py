@@ -202,12 +202,14 @@ def _with_keys(conn: Connection, run_id: str, group: Sequence[Any]
 def _parts(entries: Iterable[tuple[Any, str | None]], max_chars: int
            ) -> Iterator[list[tuple[Any, str | None]]]:
     """A mergeable group's (entry, item keys) in order, cut into parts whose keys come to at
-    most `max_chars` characters (an entry over it alone is a part alone)."""
+    most `max_chars` characters (an entry over it alone is a part alone), and where entries
+    with keys meet entries without (a run resumed by another version): merged with one
+    without, the keys of the others would be lost (`merged_keys`)."""
     part: list[tuple[Any, str | None]] = []
     chars = 0
     for entry, keys in entries:
         size = len(keys or "")
-        if part and chars + size > max_chars:
+        if part and (chars + size > max_chars or (keys is None) != (part[-1][1] is None)):
             yield part
             part, chars = [], 0
         part.append((entry, keys))
