@@ -22,7 +22,6 @@ the commit.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import shutil
 import sqlite3
@@ -155,7 +154,6 @@ def main() -> None:
               f"{statistics.median(pieces['commit']):.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        os.sync()
 
 
 if __name__ == "__main__":

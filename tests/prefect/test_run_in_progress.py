@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from engage_sandbox.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state
-from tests.integration.conftest import ELSEWHERE, held_run
+from tests.integration.conftest import ELSEWHERE, Service, held_run
 from tests.integration.test_duckdb_turns import holder
 from tests.prefect.conftest import build_folder
 from tests.prefect.test_cli_errors import run_cli
@@ -37,7 +38,8 @@ def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
     runs = open_state(state_url).runs_newest_first("users", 0, 5)
     assert [r["run_id"] for r in runs] == [run_id]  # no run of its own
     assert open_state(state_url).run(run_id)["owner"] == ELSEWHERE  # the lease untouched
-    assert not _profiles(sandbox)
+    with httpx.Client(base_url=sandbox.control_url, timeout=30) as control:
+        assert not Service(sandbox.base_url, control).profiles()
 
 
 @pytest.mark.parametrize("prefect", [True, False], ids=["prefect", "no-prefect"])
@@ -51,9 +53,3 @@ def test_the_cli_says_so_in_one_line_and_exits_75(
     last = done.stderr.rstrip().splitlines()[-1]
     assert last.startswith("engage-sync: integration users: run 1 is still in progress"), last
 
-
-def _profiles(sandbox: SandboxHandle) -> list[object]:
-    import httpx
-
-    body = httpx.get(f"{sandbox.control_url}/profiles", timeout=30).json()
-    return list(body["profiles"] if isinstance(body, dict) else body)

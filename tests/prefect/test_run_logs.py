@@ -1,6 +1,7 @@
 """engage-sync's own log lines reach the flow run's logs on the Prefect server (where a team
 reads a run in the UI), from whichever thread logged them: a retried request's warning comes
-from a sending thread, which has no Prefect run context of its own. What is shipped is what the
+from a sending thread (sent in the context of the thread that read its rows), a line of a
+thread with no run context at all goes to the oldest open run. What is shipped is what the
 process logs (the logger's level decides); one handler however many runs are open, gone after
 the last."""
 
@@ -18,6 +19,7 @@ import pytest
 from engage_sandbox.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.run_logs import shipped
+from tests.integration.conftest import Service
 
 
 def _logs(api: str, flow_run_id: str) -> list[dict[str, object]]:
@@ -45,13 +47,15 @@ def test_a_retry_warning_from_a_sending_thread_is_in_the_flow_runs_logs(
         prefect_api: str, sandbox: SandboxHandle, tmp_path: Path, users_yaml: Path,
         engage_logger: logging.Logger, level: int, shipped_lines: int) -> None:
     engage_logger.setLevel(level)
-    httpx.post(f"{sandbox.control_url}/faults", json=[
-        {"path": "/users/track", "action": "500", "nth": [1]}], timeout=30).raise_for_status()
-    try:
-        state = sync_integration(str(users_yaml), state_url=f"sqlite:///{tmp_path / 'state.db'}",
-                                 return_state=True)
-    finally:
-        httpx.post(f"{sandbox.control_url}/faults", json=[], timeout=30)
+    with httpx.Client(base_url=sandbox.control_url, timeout=30) as control:
+        service = Service(sandbox.base_url, control)
+        service.faults([{"path": "/users/track", "action": "500", "nth": [1]}])
+        try:
+            state = sync_integration(str(users_yaml),
+                                     state_url=f"sqlite:///{tmp_path / 'state.db'}",
+                                     return_state=True)
+        finally:
+            service.faults([])
     assert state.is_completed(), state.message
     logs = _logs(prefect_api, str(state.state_details.flow_run_id))
     retried = [g for g in logs if "retrying in" in str(g["message"])]
