@@ -2,8 +2,8 @@
 a real Prefect server, the sandbox as its own process with a tight /users/track limit, and a
 Redis rate budget every worker shares.
 
-- attributes and events in 4 partitions: every row delivered, every event once, and at most
-  one request over the limit in any window at the sandbox (no 429 answered);
+- attributes and events in 4 partitions: every row delivered, every event once, and no window
+  at the sandbox over its limit (at most one 429 answered);
 - a worker process SIGKILLed mid-run: Dask runs its partitions again on the other worker (or
   the next start resumes them); nothing is lost, and events sent twice are counted;
 - the flow builds the runner the config names (threads, a LocalCluster, an address), and runs
@@ -44,6 +44,13 @@ from tests.integration.conftest import (
 from tests.redis_server import RedisServer
 
 LIMIT = 100  # /users/track requests per 1-second window at this sandbox: 7,500 objects/s
+# The integrations' own limit, a tenth under the sandbox's: the shared budget keeps the grants of
+# every 1 s span within it, but the sandbox counts a request when it arrives, and on 2 shared
+# cores (Dask workers, the coordinator, Prefect's server, Redis, the sandbox and another test)
+# a request granted near a window's end can arrive tens of ms later, in the next window (3
+# requests of 2,674 were answered 429 in one CI run at the full limit). Private budgets would
+# still send 2 x 90 a second: far over.
+BUDGET = 90
 TRACK = "/users/track"
 
 
@@ -85,7 +92,7 @@ def build(tmp_path: Path, svc: Service, rows: int, users: int) -> tuple[Path, Pa
             f"'0') || '\"}}}}' AS payload FROM range({rows}) t(i)")
     engine.dispose()
     service = {"base_url": svc.base_url, "retry_deadline_seconds": 120,
-               "rate_limit": {"requests": LIMIT, "per_seconds": 1},
+               "rate_limit": {"requests": BUDGET, "per_seconds": 1},
                "rate_budget": {"backend": "redis", "url": "${BUDGET_URL}"}}
     runner = {"type": "dask", "n_workers": 2, "threads_per_worker": 2}
     common = {"warehouse": {"url": url}, "service": service, "partitions": 4,
@@ -118,8 +125,8 @@ def track_log(svc: Service) -> list[dict[str, Any]]:
 
 
 def most_in_a_window(entries: list[dict[str, Any]]) -> int:
-    accepted = [e["received_at"] for e in entries if e["status"] != 429]
-    return max(Counter(math.floor(t) for t in accepted).values())
+    """The most requests that arrived in one of the sandbox's 1 s windows, 429s included."""
+    return max(Counter(math.floor(e["received_at"]) for e in entries).values())
 
 
 def users_delivered(svc: Service) -> int:
