@@ -200,12 +200,19 @@ class Reader:
         """Backfill of events: rows an incremental run sent, or will send, are not read."""
         sent, top = self.drops.sent, self.drops.top
         assert sent is not None
+        asked: list[int] = []  # rows at or below `top`: sent, unless the journal says not
+        pairs: list[tuple[Cursor, str]] = []
         for k, c in enumerate(rows.cursors()):
             outcome = rows.outcomes[k]
             if outcome is None or isinstance(outcome, Unchanged):  # (stages come after)
                 continue
-            key = outcome.key if isinstance(outcome, Item) else outcome[0]
-            if top is None or tuple(c) > tuple(top) or sent.contains(tuple(c), key):
+            if top is None or tuple(c) > tuple(top):
+                rows.outcomes[k] = None
+                continue
+            asked.append(k)
+            pairs.append((tuple(c), outcome.key if isinstance(outcome, Item) else outcome[0]))
+        for k, was_sent in zip(asked, sent.contains_many(pairs), strict=True):
+            if was_sent:
                 rows.outcomes[k] = None
 
     def _drop_acknowledged(self, rows: RowBatch) -> None:

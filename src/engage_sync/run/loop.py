@@ -118,7 +118,7 @@ class Run:
                       only=self.scope.only_keys, newest_by=self.kind.newest_by(self.i))
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
-            drops.sent = SentRows.from_entries(self.deps.state.settled_ranges(
+            drops.sent = SentRows.from_entries(self.deps.state.settled_entries(
                 self.i.name, ("incremental", "full_resync", "retry")))
             drops.top = self.stored
         return drops

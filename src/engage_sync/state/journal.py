@@ -33,6 +33,8 @@ compaction held every key twice at the run's end (+140 MB at 5,000,000 events), 
 parses an entry's keys at once, and a value passes SQLite's and PostgreSQL's 1 GB limit at some
 25,000,000 keys of 40 characters."""
 KEYS_FETCHED = 500  # entries whose keys one query of a compaction reads
+ENTRIES_FETCHED = 4  # entries a backfill's read of the sent keys holds at once: a merged one
+# holds up to MERGED_KEYS_CHARS of keys, so at most some 32 MB of text
 
 # built once: a run journals and settles each request (SQLAlchemy keys its compiled-SQL cache
 # on the statement, which costs more than the execution when the statement is new each time)
@@ -138,17 +140,25 @@ class Journal:
         that failed and are kept to be sent again (`retries`: they will be, or were parked), in
         journal order, each with the row keys of its items (None when the journal did not keep
         them). Partitions' ranges overlap each other; their keys do not."""
+        return list(self.settled_entries(integration, modes))
+
+    def settled_entries(self, integration: str, modes: Sequence[str]
+                        ) -> Iterator[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
+        """`settled_ranges` one entry at a time, fetched `ENTRIES_FETCHED` at a time: a
+        backfill reads every key incremental runs sent, never all of their text at once."""
         with self.engine.connect() as conn:
-            rows = conn.execute(
+            result = conn.execution_options(
+                stream_results=True, max_row_buffer=ENTRIES_FETCHED).execute(
                 sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
                 .join(runs, runs.c.run_id == journal.c.run_id)
                 .where(own_runs(integration), runs.c.mode.in_(list(modes)),
                        sa.or_(journal.c.state.in_(["acked", "in_doubt", "pending"]),
                               sa.exists().where(retries.c.run_id == journal.c.run_id,
-                                                retries.c.req_no == journal.c.req_no)))
-            ).all()
-        return [(decode_cursor(r[0]), decode_cursor(r[1]) or (),
-                 None if r[2] is None else json.loads(r[2])) for r in rows]
+                                                retries.c.req_no == journal.c.req_no))))
+            for part in result.partitions(ENTRIES_FETCHED):
+                for r in part:
+                    yield (decode_cursor(r[0]), decode_cursor(r[1]) or (),
+                           None if r[2] is None else json.loads(r[2]))
 
     def compact_journal(self, run_id: str, max_chars: int = MERGED_KEYS_CHARS) -> int:
         """Merge a finished run's acknowledged, error-free requests that follow each other in

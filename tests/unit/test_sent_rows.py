@@ -1,0 +1,77 @@
+"""The keys a backfill of events takes as sent, held as sorted 128-bit hashes (pure)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engage_sync.read import sent_rows
+from engage_sync.read.sent_rows import SentKeys, SentRows
+
+
+def keys(n: int, prefix: str = "e") -> list[str]:
+    return [f"{prefix}{i:09d}" for i in range(n)]
+
+
+def test_every_key_held_is_found_and_no_other() -> None:
+    held = keys(50_000)
+    others = [*keys(50_000, prefix="f"), "", "e", "é000000001", "e000000001 "]
+    sent = SentKeys(held)
+    assert len(sent) == 50_000
+    asked = held + others
+    random.Random(3).shuffle(asked)
+    expected = set(held)
+    assert sent.contains_many(asked) == [k in expected for k in asked]
+
+
+def test_the_hashes_are_kept_in_their_byte_order() -> None:
+    """numpy sorts 16-byte strings as memcmp does, which the binary search on the first half
+    relies on: a numpy that changed that would fail here before a backfill sends twice."""
+    sent = SentKeys(keys(20_000))
+    high, low = sent._high, sent._low
+    assert np.all((high[1:] > high[:-1]) | ((high[1:] == high[:-1]) & (low[1:] >= low[:-1])))
+
+
+def test_keys_sent_twice_and_an_empty_set() -> None:
+    sent = SentKeys(["a", "b", "a", "a"])
+    assert sent.contains_many(["a", "b", "c"]) == [True, True, False]
+    assert SentKeys().contains_many(["a"]) == [False]
+    assert sent.contains_many([]) == []
+
+
+def test_keys_whose_hashes_share_their_first_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rare case of several hashes with one first half: each is told apart by its second
+    half (forced here by a hash whose first 8 bytes are the same for every key)."""
+    from engage_sync.read.sent_rows import _DIGEST
+
+    monkeypatch.setattr(sent_rows, "_DIGEST", lambda data: bytes(8) + _DIGEST(data)[8:])
+    sent = SentKeys(["x1", "x2", "x3", "x2"])
+    assert sent.contains_many(["x2", "x4", "x3", "x1", "x5"]) == [
+        True, False, True, True, False]
+
+
+def test_rows_of_an_entry_without_keys_are_sent_by_its_range() -> None:
+    entries = iter([((0,), (10,), ["k1", "k2"]), ((10,), (20,), None),
+                    ((20,), (30,), ["k3"])])
+    rows = SentRows.from_entries(entries)
+    asked: list[tuple[Any, str]] = [((5,), "k1"), ((15,), "new"), ((25,), "new"),
+                                    ((25,), "k3"), ((10,), "new"), ((21,), "k2")]
+    assert rows.contains_many(asked) == [True, True, False, True, False, True]
+
+
+def test_entries_are_read_one_at_a_time() -> None:
+    """`from_entries` consumes a stream (the journal's, fetched a few entries at a time)."""
+    seen: list[int] = []
+
+    def stream() -> Iterator[tuple[Any, Any, Any]]:
+        for k in range(3):
+            seen.append(k)
+            yield (k,), (k + 1,), [f"key{k}"]
+
+    rows = SentRows.from_entries(stream())
+    assert seen == [0, 1, 2]
+    assert rows.contains_many([((9,), "key1"), ((9,), "key3")]) == [True, False]
