@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -90,7 +91,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.keys, args.asked)))
         return
-    path = f"{tempfile.mkdtemp(prefix='sent-keys-')}/state.db"
+    folder = tempfile.mkdtemp(prefix="sent-keys-")
+    path = f"{folder}/state.db"
     fill(path, args.keys)
     ways = ("set of keys", "hashes")
     results: dict[str, list[dict[str, float]]] = {w: [] for w in ways}
@@ -100,6 +102,7 @@ def main() -> None:
                        str(args.asked), "--child", path, way]
             out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
             results[way].append(json.loads(out))
+    shutil.rmtree(folder)
     print(f"{args.keys:,} keys sent, {args.asked:,} asked, medians of {args.runs}:")
     for way, runs in results.items():
         med = {m: statistics.median(r[m] for r in runs) for m in ("peak_mb", "build_s",

@@ -105,3 +105,23 @@ def test_a_resumed_runs_journal_out_of_source_order_keeps_its_keys_in_source_ord
     assert [k for r in rows for k in json.loads(r.item_keys)] == keys
     assert [r.item_count for r in rows] == [4 * ITEMS, ITEMS, 2 * ITEMS]
     assert _chained(state_both.settled_ranges("events", ["incremental"]), _at(7))
+
+
+def test_a_backfill_reads_single_and_merged_entries_a_few_at_a_time(
+        state_both: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`settled_entries`: every key of single requests and of merged entries (read apart, in
+    reads of their own sizes), and its connection given back when it is left midway."""
+    monkeypatch.setattr(journal_module, "KEYS_FETCHED", 2)
+    monkeypatch.setattr(journal_module, "ENTRIES_FETCHED", 1)
+    monkeypatch.setattr(journal_module, "MERGED_ITEMS", ITEMS)  # more than one request's
+    _, keys = _journaled(state_both, list(range(40)), in_doubt=frozenset({21}))
+    entries = list(state_both.settled_entries("events", ["incremental"]))
+    assert len(entries[0][2]) == ITEMS  # the single ones first
+    assert sorted(len(k) for _, _, k in entries[1:]) == [19 * ITEMS, 20 * ITEMS]
+    assert sorted(k for _, _, ks in entries for k in ks) == sorted(keys)
+
+    stream = state_both.settled_entries("events", ["incremental"])
+    next(stream)
+    assert state_both.engine.pool.checkedout() == 1
+    stream.close()
+    assert state_both.engine.pool.checkedout() == 0

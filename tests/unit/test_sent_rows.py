@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,8 +39,9 @@ def test_the_hashes_are_kept_in_their_byte_order() -> None:
 
 
 def test_keys_sent_twice_and_an_empty_set() -> None:
-    sent = SentKeys(["a", "b", "a", "a"])
-    assert sent.contains_many(["a", "b", "c"]) == [True, True, False]
+    sent = SentKeys(["a", "b", "a", "a", "lone \ud800 surrogate"])
+    assert sent.contains_many(["a", "b", "c", "lone \ud800 surrogate", "lone \ud801 surrogate"]
+                              ) == [True, True, False, True, False]
     assert SentKeys().contains_many(["a"]) == [False]
     assert sent.contains_many([]) == []
 
@@ -48,7 +51,8 @@ def test_keys_whose_hashes_share_their_first_half(monkeypatch: pytest.MonkeyPatc
     half (forced here by a hash whose first 8 bytes are the same for every key)."""
     from engage_sync.read.sent_rows import _DIGEST
 
-    monkeypatch.setattr(sent_rows, "_DIGEST", lambda data: bytes(8) + _DIGEST(data)[8:])
+    monkeypatch.setattr(sent_rows, "_DIGEST",
+                        lambda data, seed: bytes(8) + _DIGEST(data, seed)[8:])
     sent = SentKeys(["x1", "x2", "x3", "x2"])
     assert sent.contains_many(["x2", "x4", "x3", "x1", "x5"]) == [
         True, False, True, True, False]
@@ -64,14 +68,24 @@ def test_rows_of_an_entry_without_keys_are_sent_by_its_range() -> None:
 
 
 def test_entries_are_read_one_at_a_time() -> None:
-    """`from_entries` consumes a stream (the journal's, fetched a few entries at a time)."""
-    seen: list[int] = []
+    """`from_entries` consumes a stream (the journal's, fetched a few entries at a time) and
+    lets each entry's keys go once they are hashed: when the fifth is read, the first three
+    are gone (a reader that listed the entries first would keep them all)."""
+    class Keys(list[str]):
+        pass
+
+    gone: list[bool] = []
+    refs: list[weakref.ref[Keys]] = []
 
     def stream() -> Iterator[tuple[Any, Any, Any]]:
-        for k in range(3):
-            seen.append(k)
-            yield (k,), (k + 1,), [f"key{k}"]
+        for k in range(5):
+            gc.collect()
+            gone.append(all(r() is None for r in refs[:-1]))
+            keys = Keys(f"key{k}-{j}" for j in range(3))
+            refs.append(weakref.ref(keys))
+            yield (k,), (k + 1,), keys
+            del keys
 
     rows = SentRows.from_entries(stream())
-    assert seen == [0, 1, 2]
-    assert rows.contains_many([((9,), "key1"), ((9,), "key3")]) == [True, False]
+    assert gone == [True] * 5
+    assert rows.contains_many([((9,), "key1-2"), ((9,), "key5-0")]) == [True, False]

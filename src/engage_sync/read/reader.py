@@ -200,7 +200,7 @@ class Reader:
         """Backfill of events: rows an incremental run sent, or will send, are not read."""
         sent, top = self.drops.sent, self.drops.top
         assert sent is not None
-        asked: list[int] = []  # rows at or below `top`: sent, unless the journal says not
+        asked: list[int] = []  # rows at or below `top`: dropped if the journal says sent
         pairs: list[tuple[Cursor, str]] = []
         for k, c in enumerate(rows.cursors()):
             outcome = rows.outcomes[k]

@@ -9,14 +9,16 @@ left pending (the journal keeps each exact request's keys). Entries journaled wi
 (grouped journals, or an older version) fall back to their whole range, as before.
 
 Every key ever sent is held, so the set is kept small: a 128-bit hash of each key
-(`SentKeys`, 24 bytes a key in sorted arrays, where a set of the keys took about 125),
-built from the journal's entries one at a time. Two different keys share a hash with a
-probability of about n² / 2^129 (1e-23 for 50M keys sent and 50M read): the cost of one would
-be a row taken as sent and not sent.
+(`SentKeys`, 24 bytes a key in sorted arrays, 32 while they are built, where a set of the keys
+took about 130), built from the journal's entries a few at a time. Two different keys share a
+hash with a probability of about n² / 2^129 (1e-23 for 50M keys sent and 50M read): the cost of
+one would be a row taken as sent and not sent. The hash is seeded at random in each process, so
+nobody who writes the source's keys can aim at a collision.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
@@ -31,16 +33,18 @@ _DIGEST = xxhash.xxh3_128_digest
 _CHUNK = 65_536  # keys hashed into one piece of the array being built
 
 
-def _digests(keys: Iterable[str]) -> bytes:
+def _digests(keys: Iterable[str], seed: int) -> bytes:
+    """Each key's 16-byte hash, joined. A key is any `str` the journal holds, a lone
+    surrogate too (`surrogatepass`: distinct keys stay distinct bytes)."""
     digest = _DIGEST
-    return b"".join([digest(key.encode("utf-8")) for key in keys])
+    return b"".join([digest(key.encode("utf-8", "surrogatepass"), seed) for key in keys])
 
 
-def _pieces(keys: Iterable[str]) -> Iterator[np.ndarray]:
+def _pieces(keys: Iterable[str], seed: int) -> Iterator[np.ndarray]:
     """The keys' digests as 16-byte strings, `_CHUNK` keys a piece."""
     it = iter(keys)
     while piece := list(islice(it, _CHUNK)):
-        yield np.frombuffer(_digests(piece), dtype="V16")
+        yield np.frombuffer(_digests(piece, seed), dtype="V16")
 
 
 def _halves(digests: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -58,8 +62,9 @@ class SentKeys:
     digests' byte order), so membership is a binary search on `_high` and a comparison of
     `_low` among the equal ones."""
 
-    def __init__(self, keys: Iterable[str] = ()) -> None:
-        pieces = list(_pieces(keys))
+    def __init__(self, keys: Iterable[str] = (), seed: int | None = None) -> None:
+        self._seed = int.from_bytes(os.urandom(8), "little") if seed is None else seed
+        pieces = list(_pieces(keys, self._seed))
         digests = np.concatenate(pieces) if pieces else np.empty(0, dtype="V16")
         del pieces
         digests.sort()  # in place, as 16-byte strings (memcmp): the order of the halves
@@ -78,7 +83,7 @@ class SentKeys:
         n = len(self._high)
         if not keys or not n:
             return [False] * len(keys)
-        high, low = _halves(_digests(keys))
+        high, low = _halves(_digests(keys, self._seed))
         order = np.argsort(high, kind="stable")
         high, low = high[order], low[order]
         first = np.searchsorted(self._high, high, side="left")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -118,8 +118,9 @@ class Run:
                       only=self.scope.only_keys, newest_by=self.kind.newest_by(self.i))
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
-            drops.sent = SentRows.from_entries(self.deps.state.settled_entries(
-                self.i.name, ("incremental", "full_resync", "retry")))
+            with closing(self.deps.state.settled_entries(
+                    self.i.name, ("incremental", "full_resync", "retry"))) as entries:
+                drops.sent = SentRows.from_entries(entries)
             drops.top = self.stored
         return drops
 

@@ -12,7 +12,7 @@ are the pieces of the store's transactions that also write runs and row errors. 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -33,8 +33,10 @@ compaction held every key twice at the run's end (+140 MB at 5,000,000 events), 
 parses an entry's keys at once, and a value passes SQLite's and PostgreSQL's 1 GB limit at some
 25,000,000 keys of 40 characters."""
 KEYS_FETCHED = 500  # entries whose keys one query of a compaction reads
-ENTRIES_FETCHED = 4  # entries a backfill's read of the sent keys holds at once: a merged one
-# holds up to MERGED_KEYS_CHARS of keys, so at most some 32 MB of text
+ENTRIES_FETCHED = 4  # merged entries a backfill's read of the sent keys holds at once: each
+# holds up to MERGED_KEYS_CHARS of keys (but those a version before 4635b5d merged whole), so
+# some 32 MB of text
+MERGED_ITEMS = 1000  # an entry of more items than this is a merged one (a request holds 75)
 
 # built once: a run journals and settles each request (SQLAlchemy keys its compiled-SQL cache
 # on the statement, which costs more than the execution when the statement is new each time)
@@ -143,22 +145,29 @@ class Journal:
         return list(self.settled_entries(integration, modes))
 
     def settled_entries(self, integration: str, modes: Sequence[str]
-                        ) -> Iterator[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
-        """`settled_ranges` one entry at a time, fetched `ENTRIES_FETCHED` at a time: a
-        backfill reads every key incremental runs sent, never all of their text at once."""
+                        ) -> Generator[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
+        """`settled_ranges` one entry at a time: a backfill reads every key incremental runs
+        sent, never all of their text at once. Entries of one request are fetched
+        `KEYS_FETCHED` at a time, merged ones (over `MERGED_ITEMS` items) `ENTRIES_FETCHED`
+        at a time. Close the generator if it is left before its end (its connection)."""
+        settled = sa.and_(
+            own_runs(integration), runs.c.mode.in_(list(modes)),
+            sa.or_(journal.c.state.in_(["acked", "in_doubt", "pending"]),
+                   sa.exists().where(retries.c.run_id == journal.c.run_id,
+                                     retries.c.req_no == journal.c.req_no)))
         with self.engine.connect() as conn:
-            result = conn.execution_options(
-                stream_results=True, max_row_buffer=ENTRIES_FETCHED).execute(
-                sa.select(journal.c.start_cursor, journal.c.end_cursor, journal.c.item_keys)
-                .join(runs, runs.c.run_id == journal.c.run_id)
-                .where(own_runs(integration), runs.c.mode.in_(list(modes)),
-                       sa.or_(journal.c.state.in_(["acked", "in_doubt", "pending"]),
-                              sa.exists().where(retries.c.run_id == journal.c.run_id,
-                                                retries.c.req_no == journal.c.req_no))))
-            for part in result.partitions(ENTRIES_FETCHED):
-                for r in part:
-                    yield (decode_cursor(r[0]), decode_cursor(r[1]) or (),
-                           None if r[2] is None else json.loads(r[2]))
+            for merged, fetched in ((False, KEYS_FETCHED), (True, ENTRIES_FETCHED)):
+                size = journal.c.item_count > MERGED_ITEMS
+                result = conn.execution_options(
+                    stream_results=True, max_row_buffer=fetched).execute(
+                    sa.select(journal.c.start_cursor, journal.c.end_cursor,
+                              journal.c.item_keys)
+                    .join(runs, runs.c.run_id == journal.c.run_id)
+                    .where(settled, size if merged else sa.not_(size)))
+                for part in result.partitions(fetched):
+                    for r in part:
+                        yield (decode_cursor(r[0]), decode_cursor(r[1]) or (),
+                               None if r[2] is None else json.loads(r[2]))
 
     def compact_journal(self, run_id: str, max_chars: int = MERGED_KEYS_CHARS) -> int:
         """Merge a finished run's acknowledged, error-free requests that follow each other in
