@@ -91,6 +91,9 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     assert _record(store) == {}  # nothing of the helper's before the run's end
     with caplog.at_level(logging.INFO, logger="engage_sync.diff.stage"):
         differ.close()
+    waits = [r.getMessage() for r in caplog.records if "the run ends once" in r.getMessage()]
+    assert waits == [f"integration {INTEGRATION}: every request answered; the run ends once "
+                     "the helper has written the field record of the 4 objects it was handed"]
     said = [r.getMessage() for r in caplog.records if "the helper wrote" in r.getMessage()]
     assert len(said) == 1 and re.fullmatch(
         f"integration {INTEGRATION}: the helper wrote the field record of this first run in "

@@ -107,6 +107,7 @@ class FieldHelper:
             [sys.executable, "-m", "engage_sync.diff.helper"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=self._err, close_fds=True)
         place_child(self._proc.pid)  # off the run's CPU when it is pinned (cpu_affinity)
+        self.handed = 0  # objects handed so far
         self._queue: queue.Queue[Any] = queue.Queue(QUEUED)
         self._broken: BaseException | None = None
         self._writer = threading.Thread(target=self._write, name=f"field-helper-{integration}",
@@ -119,6 +120,7 @@ class FieldHelper:
         object), in settle order. Raises SyncError if the helper stopped."""
         if users:
             self._enqueue(frame(users, blobs))
+            self.handed += len(users)
 
     def finish(self) -> None:
         """After the run's last settle and its fold: the helper writes its records and exits.
