@@ -5,7 +5,8 @@ A SQLite state file is filled with one incremental run whose journal holds `--ke
 of 21 characters in merged entries (as a compacted run leaves them: `MERGED_KEYS_CHARS` of
 keys each). Each way is then built from that journal in its own process, which reports its
 peak RSS above what it had before the build, the build's wall seconds, and the wall of
-asking for `--asked` keys (half of them sent) in batches of 5,000 as the reader does.
+asking for `--asked` keys (half of them sent) in batches of 5,000 (the reader asks one
+extracted batch at a time).
 
     .venv/bin/python benchmarks/sent_keys_memory.py [--keys 5000000] [--asked 1000000]
         [--runs 3]
@@ -38,7 +39,8 @@ def key(n: int) -> str:
 def fill(path: str, keys: int) -> None:
     store = StateStore.from_url(f"sqlite:///{path}")
     run = store.open_run("bench", "incremental", None, None)
-    per_entry = MERGED_KEYS_CHARS // 24  # "EVENT_ID=ev-000000000", quoted, and a comma
+    per_entry = MERGED_KEYS_CHARS // 24  # "EVENT_ID=ev-000000000", quoted, and a comma, as
+    # the compaction writes them (json.dumps adds a space: 25 here)
     with store.engine.begin() as conn:
         for req, first in enumerate(range(0, keys, per_entry), start=1):
             ks = [key(n) for n in range(first, min(first + per_entry, keys))]
@@ -107,7 +109,7 @@ def main() -> None:
     for way, runs in results.items():
         med = {m: statistics.median(r[m] for r in runs) for m in ("peak_mb", "build_s",
                                                                    "ask_s")}
-        print(f"  {way}: peak +{med['peak_mb']:.0f} MB ({med['peak_mb'] * 1e6 / args.keys:.0f}"
+        print(f"  {way}: peak +{med['peak_mb']:.0f} MiB ({med['peak_mb'] * 2**20 / args.keys:.0f}"
               f" bytes a key), built in {med['build_s']:.2f} s, asked in {med['ask_s']:.2f} s"
               f" ({runs[0]['hits']:,.0f} found)")
 

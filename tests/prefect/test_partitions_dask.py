@@ -2,8 +2,9 @@
 a real Prefect server, the sandbox as its own process with a tight /users/track limit, and a
 Redis rate budget every worker shares.
 
-- attributes and events in 4 partitions: every row delivered, every event once, and no window
-  at the sandbox over its limit (at most one 429 answered);
+- attributes and events in 4 partitions: every row delivered, every event once, and at most
+  one request over the limit in any window at the sandbox, 429s included (at most one 429
+  answered);
 - a worker process SIGKILLed mid-run: Dask runs its partitions again on the other worker (or
   the next start resumes them); nothing is lost, and events sent twice are counted;
 - the flow builds the runner the config names (threads, a LocalCluster, an address), and runs

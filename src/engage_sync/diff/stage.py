@@ -79,7 +79,7 @@ class Differ:
     def close(self) -> None:
         """After the run's last settlement: fold what it logged, then let its helper, if any,
         write what it kept (raises SyncError if the helper failed). The helper's write is
-        most of a first run's end (1.4-2 s for 1M users here, 10-11 s for 5M): the wait is
+        most of a first run's end (1.4-2 s for 1M users here, 10-11.6 s for 5M): the wait is
         said when it starts and its time when it ends."""
         self.state.fold_fields(self.integration)
         helper, self.helper = self.helper, None

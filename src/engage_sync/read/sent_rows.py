@@ -10,10 +10,10 @@ left pending (the journal keeps each exact request's keys). Entries journaled wi
 
 Every key ever sent is held, so the set is kept small: a 128-bit hash of each key
 (`SentKeys`, 24 bytes a key in sorted arrays, 32 while they are built, where a set of the keys
-took about 130), built from the journal's entries a few at a time. Two different keys share a
-hash with a probability of about n² / 2^129 (1e-23 for 50M keys sent and 50M read): the cost of
-one would be a row taken as sent and not sent. The hash is seeded at random in each process, so
-nobody who writes the source's keys can aim at a collision.
+took about 130), built from the journal's entries a bounded number at a time. Two different
+keys share a hash with a probability of about n² / 2^129 (1e-23 for 50M keys sent and 50M
+read): the cost of one would be a row taken as sent and not sent. The hash is seeded at random
+in each process, so nobody who writes the source's keys can aim at a collision.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ class SentKeys:
 
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         """Whether each key is in the set, in order. The keys are looked up in the order of
-        their hashes, whose searches then share the array's pages (8x faster at 5M keys)."""
+        their hashes, whose searches then share the array's pages (0.11 µs a search against 0.87
+        in the keys' order, at 5M keys)."""
         n = len(self._high)
         if not keys or not n:
             return [False] * len(keys)

@@ -32,7 +32,8 @@ keys of a dozen characters. A run's whole journal merged into one entry grew wit
 compaction held every key twice at the run's end (+140 MB at 5,000,000 events), a backfill
 parses an entry's keys at once, and a value passes SQLite's and PostgreSQL's 1 GB limit at some
 25,000,000 keys of 40 characters."""
-KEYS_FETCHED = 500  # entries whose keys one query of a compaction reads
+KEYS_FETCHED = 500  # entries whose keys one query of a compaction reads; also the entries of
+# at most MERGED_ITEMS items a backfill's read of the sent keys fetches at once
 ENTRIES_FETCHED = 4  # merged entries a backfill's read of the sent keys holds at once: each
 # holds up to MERGED_KEYS_CHARS of keys (but those a version before 4635b5d merged whole), so
 # some 32 MB of text
@@ -139,16 +140,17 @@ class Journal:
                        ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
         """(start, end] cursor ranges of requests that runs of these modes (or their
         partitions) sent and the service acknowledged or may have processed (in doubt), or
-        that failed and are kept to be sent again (`retries`: they will be, or were parked), in
-        journal order, each with the row keys of its items (None when the journal did not keep
-        them). Partitions' ranges overlap each other; their keys do not."""
+        that failed and are kept to be sent again (`retries`: they will be, or were parked),
+        entries of at most `MERGED_ITEMS` items first, then larger (merged) ones, in no other
+        order, each with the row keys of its items (None when the journal did not keep them).
+        Partitions' ranges overlap each other; their keys do not."""
         return list(self.settled_entries(integration, modes))
 
     def settled_entries(self, integration: str, modes: Sequence[str]
                         ) -> Generator[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
         """`settled_ranges` one entry at a time: a backfill reads every key incremental runs
-        sent, never all of their text at once. Entries of one request are fetched
-        `KEYS_FETCHED` at a time, merged ones (over `MERGED_ITEMS` items) `ENTRIES_FETCHED`
+        sent, never all of their text at once. Entries of at most `MERGED_ITEMS` items (single
+        requests) are fetched `KEYS_FETCHED` at a time, larger (merged) ones `ENTRIES_FETCHED`
         at a time. Close the generator if it is left before its end (its connection)."""
         settled = sa.and_(
             own_runs(integration), runs.c.mode.in_(list(modes)),
