@@ -9,7 +9,7 @@ left pending (the journal keeps each exact request's keys). Entries journaled wi
 (grouped journals, or an older version) fall back to their whole range, as before.
 
 Every key ever sent is held, so the set is kept small: a 128-bit hash of each key
-(`SentKeys`, 24 bytes a key in sorted arrays, 32 while they are built, where a set of the keys
+(`SentKeys`, 16 bytes a key in sorted arrays, 32 while they are built, where a set of the keys
 took about 130), built from the journal's entries a bounded number at a time. Two different
 keys share a hash with a probability of about n² / 2^129 (1e-23 for 50M keys sent and 50M
 read): the cost of one would be a row taken as sent and not sent. The hash is seeded at random
@@ -19,7 +19,6 @@ in each process, so nobody who writes the source's keys can aim at a collision.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
@@ -47,15 +46,16 @@ def _pieces(keys: Iterable[str], seed: int) -> Iterator[np.ndarray]:
         yield np.frombuffer(_digests(piece, seed), dtype="V16")
 
 
-def _halves(digests: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """16-byte digests → their first and second halves as native unsigned integers, whose
-    order (first, then second) is the digests' byte order."""
+def _halves(digests: bytes | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """16-byte digests (joined bytes, or an array of them) → their first and second halves
+    as native unsigned integers, whose order (first, then second) is the digests' byte
+    order."""
     pairs = np.frombuffer(digests, dtype=">u8").reshape(-1, 2)
     return pairs[:, 0].astype(np.uint64), pairs[:, 1].astype(np.uint64)
 
 
 class SentKeys:
-    """A set of row keys held as their sorted 128-bit hashes: 24 bytes a key (32 while it is
+    """A set of row keys held as their sorted 128-bit hashes: 16 bytes a key (32 while it is
     built, beside the entry being read).
 
     Invariant: `_high` is non-decreasing and, where two are equal, `_low` is too (the
@@ -68,11 +68,7 @@ class SentKeys:
         digests = np.concatenate(pieces) if pieces else np.empty(0, dtype="V16")
         del pieces
         digests.sort()  # in place, as 16-byte strings (memcmp): the order of the halves
-        pairs = digests.view(np.uint64).reshape(-1, 2)
-        if sys.byteorder == "little":
-            pairs.byteswap(inplace=True)  # each half read big-endian, in place
-        self._high = np.ascontiguousarray(pairs[:, 0])  # searched: contiguous
-        self._low = pairs[:, 1]  # a view: compared at the places found
+        self._high, self._low = _halves(digests)  # then the digests themselves go
 
     def __len__(self) -> int:
         return len(self._high)
@@ -103,9 +99,8 @@ class SentKeys:
 class SentRows:
     """Row keys sent by incremental runs, and ranges known only as a whole."""
 
-    def __init__(self, keys: SentKeys | Iterable[str],
-                 ranges: Iterable[tuple[Cursor | None, Cursor]]) -> None:
-        self.keys = keys if isinstance(keys, SentKeys) else SentKeys(keys)
+    def __init__(self, keys: SentKeys, ranges: Iterable[tuple[Cursor | None, Cursor]]) -> None:
+        self.keys = keys
         self.ranges = Ranges(ranges)
 
     def contains_many(self, rows: Sequence[tuple[Cursor, str]]) -> list[bool]:

@@ -157,9 +157,9 @@ class Journal:
             sa.or_(journal.c.state.in_(["acked", "in_doubt", "pending"]),
                    sa.exists().where(retries.c.run_id == journal.c.run_id,
                                      retries.c.req_no == journal.c.req_no)))
+        size = journal.c.item_count > MERGED_ITEMS
         with self.engine.connect() as conn:
             for merged, fetched in ((False, KEYS_FETCHED), (True, ENTRIES_FETCHED)):
-                size = journal.c.item_count > MERGED_ITEMS
                 result = conn.execution_options(
                     stream_results=True, max_row_buffer=fetched).execute(
                     sa.select(journal.c.start_cursor, journal.c.end_cursor,
