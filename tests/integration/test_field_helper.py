@@ -71,8 +71,9 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     store: StateStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first item is digested in the run (helper after 1 item) and logged; the others
-    carry no digests and go to the helper once acknowledged. At close the run folds its log,
-    then the helper writes its records over it: a user's object acknowledged later wins."""
+    carry no digests and go to the helper once acknowledged, but a later object of the user
+    the run digested is digested and logged by the run too. At close the run folds its log,
+    then the helper writes its records: each user's object acknowledged last wins."""
     differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
     differ.open()
     first: list[Any] = [_item(0, "free")]
@@ -87,13 +88,15 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     differ.acked(items)  # the one digested here is not handed again
     later: list[Any] = [_item(0, "gold"), _item(1, "gold")]  # acknowledged later: they win
     differ.apply(later)
+    assert later[0].fields[:1] == field_record.FRESH and not later[1].fields
+    store.settle("r2", INTEGRATION, [], acked_fields=[(later[0].user, later[0].fields)])
     differ.acked(later)
     assert _record(store) == {}  # nothing of the helper's before the run's end
     with caplog.at_level(logging.INFO, logger="engage_sync.diff.stage"):
         differ.close()
     waits = [r.getMessage() for r in caplog.records if "the run ends once" in r.getMessage()]
     assert waits == [f"integration {INTEGRATION}: every request answered; the run ends once "
-                     "the helper has written the field record of the 4 objects it was handed"]
+                     "the helper has written the field record of the 3 objects it was handed"]
     said = [r.getMessage() for r in caplog.records if "the helper wrote" in r.getMessage()]
     assert len(said) == 1 and re.fullmatch(
         f"integration {INTEGRATION}: the helper wrote the field record of this first run in "
@@ -125,6 +128,33 @@ def test_a_run_that_stops_records_nothing_the_helper_kept(store: StateStore) -> 
     store.fold_fields(INTEGRATION)  # the next run's open
     assert _record(store) == {field_codec.user_key(items[0].user): _whole(items[0])}
     assert set(_leftovers()) <= before
+
+
+def test_a_run_that_stops_leaves_no_user_recorded_older_than_the_service_holds(
+    store: StateStore
+) -> None:
+    """A user the run digested before its helper started comes again after it: its later
+    object is logged by the run, not handed to the helper. So when the run stops (killed, or
+    its helper failed) the record holds that user's later object, which the service holds,
+    and not the earlier one; a user only the helper had has no record (sent whole next
+    time)."""
+    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
+    differ.open()
+    first: list[Any] = [_item(1, "free")]
+    differ.apply(first)
+    store.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
+    differ.acked(first)
+    later: list[Any] = [_item(1, "gold"), _item(2, "gold")]
+    differ.apply(later)  # the helper starts here
+    assert differ.helper is not None
+    assert later[0].fields[:1] == field_record.FRESH and not later[1].fields
+    store.settle("r2", INTEGRATION, [], acked_fields=[(later[0].user, later[0].fields)])
+    differ.acked(later)
+    assert differ.helper.handed == 1
+    differ.stop()
+    store.fold_fields(INTEGRATION)  # the next run's open
+    assert _record(store) == {field_codec.user_key(later[0].user): _whole(later[0])}
+    assert _whole(later[0]) != _whole(first[0])
 
 
 def test_a_helper_whose_run_died_writes_nothing_and_removes_its_file(store: StateStore) -> None:

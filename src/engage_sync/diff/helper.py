@@ -16,7 +16,8 @@ Invariants:
   process can open (a file or a server, `shareable_url`), after `after` items;
 - it is handed only objects whose acknowledgement is settled, in settle order, so its record
   of a user is the one the service holds after this run (a later object of a user replaces an
-  earlier one: it was acknowledged later);
+  earlier one: it was acknowledged later), and never a user whose digests the run logged
+  itself (`diff.stage`: those users' later objects are logged by the run);
 - it writes to the state database once, after `finish` (so after the run's last settle and
   its own fold, whose deltas are all older); a run that ends any other way (killed, failed)
   records nothing of what the helper kept: a helper whose input ends without `finish` deletes

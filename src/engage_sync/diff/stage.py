@@ -25,7 +25,13 @@ Invariants:
 - a run on an empty record may hand the digests to a helper process once it has diffed
   `helper_after` items itself (`field_helper`): from then on its items carry no digests and
   the objects the service acknowledged go to the helper after each settle (`acked`); at
-  `close` the run folds its log, then the helper writes its newer records over it.
+  `close` the run folds its log, then the helper writes its records over it;
+- a user is recorded by the log or by the helper, never both: once the helper runs, an item
+  of a user the run digested before it started (`digested`, at most `helper_after` users) is
+  still digested here and logged at its settle. So a run that ends without the helper's write
+  (killed, or the helper failed) leaves no user's record older than what the service holds:
+  the log has every acknowledged object of its users, and the helper's users have no record
+  (sent whole next time).
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class Differ:
         self.helper_after = helper_after or 0
         self.helper: FieldHelper | None = None
         self.whole = 0  # items sent whole on an empty record, digested here
+        self.digested: set[str] = set()  # their users, while a helper may start or runs
         self.pending: dict[str, tuple[int, Digests]] = {}  # by user reference
         self.unchanged = 0
         self.saved = 0
@@ -83,7 +90,7 @@ class Differ:
         said when it starts and its time when it ends."""
         self.state.fold_fields(self.integration)
         helper, self.helper = self.helper, None
-        if helper is not None:  # its records are newer than anything the run logged
+        if helper is not None:  # its users are none of those the run logged
             log.info("integration %s: every request answered; the run ends once the helper "
                      "has written the field record of the %s objects it was handed",
                      self.integration, f"{helper.handed:,}")
@@ -177,15 +184,22 @@ class Differ:
             self.helper = self.start_helper()
             if self.helper is None:  # the state database cannot be shared: never
                 self.start_helper = None
-        if self.helper is not None:
-            return  # sent as packed, digested by the helper once acknowledged
+                self.digested.clear()
+        digested = self.digested
+        if self.helper is None:
+            at = [k for k, o in enumerate(outcomes) if isinstance(o, Item)]
+        else:  # the others are sent as packed, digested by the helper once acknowledged
+            at = [k for k, o in enumerate(outcomes) if isinstance(o, Item) and o.user in digested]
+        keep = self.start_helper is not None and not self.refresh and self.helper is None
         tag = MERGE if self.refresh else FRESH
-        for k, item in enumerate(outcomes):
-            if isinstance(item, Item):  # its points: every attribute, as packed
-                self.whole += 1
-                outcomes[k] = Item(item.seq, item.key, item.user, item.array, item.blob,
-                                   item.group, item.points,
-                                   tag + whole_encoded(item.user, item.blob))
+        for k in at:
+            item = outcomes[k]
+            assert isinstance(item, Item)
+            self.whole += 1  # its points: every attribute, as packed
+            if keep:
+                digested.add(item.user)
+            outcomes[k] = Item(item.seq, item.key, item.user, item.array, item.blob,
+                               item.group, item.points, tag + whole_encoded(item.user, item.blob))
 
     def release(self, items: Iterable[Item]) -> None:
         """These items settled (acknowledged, failed or in doubt): no longer pending, and
