@@ -184,9 +184,10 @@ def test_partitions_asked_of_a_kind_that_cannot_be_partitioned_is_a_config_error
 
 
 def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_itself(
-        service: Service, tmp_path: Path) -> None:
+        service: Service, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A backfill of events drops the rows incremental runs sent: those sent by partitions
-    too (their journals are the integration's); a late row below the cursor is sent once."""
+    too (their journals are the integration's); a late row below the cursor is sent once.
+    Its partitions, side by side in this process, read what was sent once."""
     from datetime import datetime
 
     url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
@@ -203,7 +204,16 @@ def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_it
 
     options = run_options("backfill", datetime(2025, 12, 31), datetime(2026, 1, 2), False,
                           False, partitions=4)
+    reads: list[str] = []
+    read_journal = StateStore.settled_entries
+
+    def counted(state: StateStore, integration: str, modes: Any) -> Any:
+        reads.append(integration)
+        return read_journal(state, integration, modes)
+
+    monkeypatch.setattr(StateStore, "settled_entries", counted)  # every store a run opens
     outcome = sync_file(events, options=options, store=store)
+    assert reads == ["events"]  # the 4 partitions in this process share one copy
     assert outcome.record is not None and outcome.record["rows_synced"] == 1
     ids = Counter(service.event_ids())
     assert len(ids) == 2001 and max(ids.values()) == 1  # every event once, the late one too

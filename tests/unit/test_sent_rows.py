@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import random
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -89,3 +90,41 @@ def test_entries_are_read_one_at_a_time() -> None:
     rows = SentRows.from_entries(stream())
     assert gone == [True] * 5
     assert rows.contains_many([((9,), "key1-2"), ((9,), "key5-0")]) == [True, False]
+
+
+def test_siblings_share_one_copy_built_once_and_let_go_with_the_last() -> None:
+    """Callers with the same key get the one copy built for the first (with its `top`), even
+    when they ask at once; another key gets its own; once nobody holds a copy, the next caller
+    builds afresh."""
+    builds: list[str] = []
+
+    def build(name: str, top: tuple[int, ...]) -> Any:
+        def make() -> SentRows:
+            builds.append(name)
+            return SentRows.from_entries([(None, top, [f"{name}-1", f"{name}-2"])], top)
+        return make
+
+    got: list[SentRows] = []
+    start = threading.Barrier(4)
+
+    def ask() -> None:
+        start.wait()
+        got.append(sent_rows.shared(("state", "events", "parent-1"), build("p1", (1,))))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = got[0]
+    assert builds == ["p1"] and all(g is first for g in got) and first.top == (1,)
+    assert first.keys.contains_many(["p1-1", "p1-2", "p2-1"]) == [True, True, False]
+    other = sent_rows.shared(("state", "events", "parent-2"), build("p2", (2,)))
+    assert other is not first and other.top == (2,) and builds == ["p1", "p2"]
+    gone = weakref.ref(first)
+    got.clear()
+    del first
+    gc.collect()
+    assert gone() is None
+    again = sent_rows.shared(("state", "events", "parent-1"), build("p1", (3,)))
+    assert builds == ["p1", "p2", "p1"] and again.top == (3,)

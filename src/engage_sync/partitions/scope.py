@@ -44,6 +44,10 @@ class PartitionScope:
     tries = 0
     only_keys: frozenset[str] | None = None
 
+    @property
+    def siblings(self) -> str | None:
+        return self.parent
+
     def run_name(self, integration: str) -> str:
         return partition_names.run_name(integration, self.index, self.count)
 

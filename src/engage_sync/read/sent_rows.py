@@ -19,7 +19,9 @@ in each process, so nobody who writes the source's keys can aim at a collision.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -97,11 +99,15 @@ class SentKeys:
 
 
 class SentRows:
-    """Row keys sent by incremental runs, and ranges known only as a whole."""
+    """Row keys sent by incremental runs, ranges known only as a whole, and `top`: the
+    integration's cursor read just before them (rows above it are incremental runs' to send;
+    at or below it, what they sent is all in the journal read after it)."""
 
-    def __init__(self, keys: SentKeys, ranges: Iterable[tuple[Cursor | None, Cursor]]) -> None:
+    def __init__(self, keys: SentKeys, ranges: Iterable[tuple[Cursor | None, Cursor]],
+                 top: Cursor | None = None) -> None:
         self.keys = keys
         self.ranges = Ranges(ranges)
+        self.top = top
 
     def contains_many(self, rows: Sequence[tuple[Cursor, str]]) -> list[bool]:
         """Whether each (cursor, key) was sent: its key is known, or its cursor falls in a
@@ -113,9 +119,11 @@ class SentRows:
         return found
 
     @classmethod
-    def from_entries(cls, entries: Iterable[tuple[Cursor | None, Cursor, Any]]) -> SentRows:
-        """From journal entries (start, end, list of keys or None), read one at a time: only
-        the ranges of entries without keys are kept beside the keys' hashes."""
+    def from_entries(cls, entries: Iterable[tuple[Cursor | None, Cursor, Any]],
+                     top: Cursor | None = None) -> SentRows:
+        """From journal entries (start, end, list of keys or None), read one at a time (after
+        `top` was): only the ranges of entries without keys are kept beside the keys'
+        hashes."""
         ranges: list[tuple[Cursor | None, Cursor]] = []
 
         def keys() -> Iterable[str]:
@@ -126,4 +134,28 @@ class SentRows:
                     yield from entry_keys
 
         sent = SentKeys(keys())  # reads every entry, so `ranges` is complete after it
-        return cls(sent, ranges)
+        return cls(sent, ranges, top)
+
+
+_SHARED_LOCK = threading.Lock()
+_SHARED: weakref.WeakValueDictionary[Hashable, SentRows] = weakref.WeakValueDictionary()
+
+
+def shared(key: Hashable, build: Callable[[], SentRows]) -> SentRows:
+    """The `SentRows` this process holds under `key`, built by `build` if nobody holds one.
+
+    The partitions of one backfill that run side by side in a process (Prefect's threads, a
+    Dask worker's threads) each read what incremental runs sent, the same keys: they hold one
+    copy instead of one each (0.8 GB a copy at 50M keys). A copy built for an earlier sibling
+    is a snapshot older than a later one's start, but consistent with its own `top`, which
+    the sibling uses with it: what an incremental run sent in between is above that `top`
+    (but for a lookback's late rows, which any backfill may meet while it runs).
+    Invariants: built once per key while anyone holds it (under one lock: a caller waits for a
+    build in progress, of any key); let go with its last holder, so the next backfill reads
+    the journal afresh."""
+    with _SHARED_LOCK:
+        held = _SHARED.get(key)
+        if held is None:
+            held = build()
+            _SHARED[key] = held
+        return held

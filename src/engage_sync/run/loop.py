@@ -49,7 +49,7 @@ from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import stored_cursor
 from engage_sync.read.null_cursors import count_skipped
 from engage_sync.read.reader import Drops, Reader, RowBatch
-from engage_sync.read.sent_rows import SentRows
+from engage_sync.read.sent_rows import SentRows, shared
 from engage_sync.run.cutter import Cutter
 from engage_sync.run.lease import Lease, new_owner
 from engage_sync.run.options import RunOptions
@@ -118,10 +118,16 @@ class Run:
                       only=self.scope.only_keys, newest_by=self.kind.newest_by(self.i))
         if (self.options.mode == "backfill" and not self.kind.idempotent
                 and not self.options.resend_events):
-            with closing(self.deps.state.settled_entries(
-                    self.i.name, ("incremental", "full_resync", "retry"))) as entries:
-                drops.sent = SentRows.from_entries(entries)
-            drops.top = self.stored
+            state, modes = self.deps.state, ("incremental", "full_resync", "retry")
+
+            def sent() -> SentRows:  # the cursor (read at the run's open) before the journal
+                with closing(state.settled_entries(self.i.name, modes)) as entries:
+                    return SentRows.from_entries(entries, self.stored)
+
+            siblings = self.scope.siblings  # partitions of one backfill: one copy a process
+            drops.sent = sent() if siblings is None else shared(
+                (state.engine.url, self.i.name, siblings), sent)
+            drops.top = drops.sent.top  # a shared copy's own
         return drops
 
     # the run -------------------------------------------------------------------------------

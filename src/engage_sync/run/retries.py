@@ -52,6 +52,7 @@ class RetryScope:
     counts_null_cursors = False  # the runs that read windows count them
     own_process = False  # a few rows: no helper process
     resumes_after_error = True  # the retry stays pending; the next pass resumes its run
+    siblings: str | None = None
 
     def __init__(self, retry: Retry) -> None:
         self.retry = retry

@@ -44,6 +44,13 @@ class Scope(Protocol):
     """Sends its rows had before this run (its failed requests are kept with one more)."""
 
     @property
+    def siblings(self) -> str | None:
+        """What the runs of one piece of work have in common, so that those side by side in
+        one process may share what they read of the state at their start (the partitions of
+        one parent run: its id); None for a run on its own."""
+        ...
+
+    @property
     def only_keys(self) -> frozenset[str] | None:
         """The only row keys this run sends (a retry of one request's items), or None: all."""
         ...
@@ -80,6 +87,7 @@ class WholeRun:
     own_process = True
     resumes_after_error = False
     tries = 0
+    siblings: str | None = None
     only_keys: frozenset[str] | None = None
 
     def run_name(self, integration: str) -> str:
