@@ -22,7 +22,7 @@ from engage_sync.diff.helper import FieldHelper, frame, shareable_url, sqlite_fi
 from engage_sync.diff.helper import _unframe as unframe
 from engage_sync.diff.stage import Differ
 from engage_sync.errors import SyncError
-from engage_sync.items import Item
+from engage_sync.items import UNCHANGED, Item
 from engage_sync.state import field_codec
 from engage_sync.state import fields as field_record
 from engage_sync.state.store import StateStore
@@ -155,6 +155,35 @@ def test_a_run_that_stops_leaves_no_user_recorded_older_than_the_service_holds(
     store.fold_fields(INTEGRATION)  # the next run's open
     assert _record(store) == {field_codec.user_key(later[0].user): _whole(later[0])}
     assert _whole(later[0]) != _whole(first[0])
+
+
+def test_an_object_in_doubt_leaves_its_users_attributes_unknown_in_the_helpers_record(
+    store: StateStore
+) -> None:
+    """A user the helper kept (its first object acknowledged) whose later object ends in
+    doubt: the service may hold either, so its record at close has each attribute of the
+    later object unknown, and a diff against it sends them all, the earlier values too.
+    Before, the helper kept the earlier object: a change back to it was never sent."""
+    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=0)
+    differ.open()
+    first: list[Any] = [_item(1, "free"), _item(2, "free")]
+    differ.apply(first)
+    assert differ.helper is not None and not any(i.fields for i in first)
+    differ.settled(first, [], first)
+    later: list[Any] = [_item(1, "gold")]
+    differ.apply(later)
+    differ.settled([], later, later)  # its request ended in doubt
+    differ.close()
+    record = _record(store)
+    unknown = dict.fromkeys(_whole(later[0]), field_record.UNKNOWN)
+    assert record == {field_codec.user_key(first[0].user): unknown,
+                      field_codec.user_key(first[1].user): _whole(first[1])}
+    again = Differ(INTEGRATION, store)
+    again.open()
+    back: list[Any] = [_item(1, "free"), _item(2, "free")]
+    again.apply(back)
+    assert back[0] is not None and back[0].fields and back[1] is UNCHANGED
+    assert json.loads(back[0].blob) == json.loads(first[0].blob)  # every attribute, sent
 
 
 def test_a_helper_whose_run_died_writes_nothing_and_removes_its_file(store: StateStore) -> None:

@@ -106,13 +106,15 @@ def segment(k: int, user: str) -> Outgoing:
 
 
 def loop(state: FakeState, deliverer: FakeDeliverer, group: bool = False,
-         in_flight: int = 4, admit: int | None = None) -> tuple[SendLoop, dict[str, int]]:
+         in_flight: int = 4, admit: int | None = None,
+         on_settled: Any = None) -> tuple[SendLoop, dict[str, int]]:
     """A send loop over the fakes; `admit`: an exact journal's group (default: its own)."""
     counts = {"requests": 0, "synced": 0, "failed": 0, "in_doubt": 0}
     ctx = RunContext(run_id="run", integration="events", state=state,  # type: ignore[arg-type]
                      deliverer=deliverer, max_in_flight=in_flight,  # type: ignore[arg-type]
                      group_commits=group, resend_in_doubt=False, bulk=False,
-                     may_move_cursor=lambda _: True, counts=counts, report=lambda: None)
+                     may_move_cursor=lambda _: True, counts=counts, report=lambda: None,
+                     on_settled=on_settled)
     sender = SendLoop(ctx, Progress(None))
     if admit is not None:
         sender.admit = admit
@@ -334,19 +336,26 @@ def test_a_refused_key_stops_the_run_and_leaves_the_request_unsettled() -> None:
 
 
 def test_in_doubt_and_item_errors_are_counted_and_settle() -> None:
+    """And the stages hear, after each settle, which items were acknowledged, which ended in
+    doubt (not those that failed) and every item settled."""
     state = FakeState()
     deliverer = FakeDeliverer(state, {
         "r1": Outcome("in_doubt", "HTTP 500", 500),
         "r2": Outcome("ok", "accepted", 201, item_errors={0: "invalid"}),
+        "r3": Outcome("ok", "accepted", 201),
     })
-    sender, counts = loop(state, deliverer)
-    sender.submit(segment(1, "u1"), 1)
-    sender.submit(segment(2, "u2"), 2)
+    heard: list[tuple[list[str], ...]] = []
+    sender, counts = loop(state, deliverer, on_settled=lambda *lists: heard.append(
+        tuple([i.key for i in items] for items in lists)))
+    for k in (1, 2, 3):
+        sender.submit(segment(k, f"u{k}"), k)
     sender.drain()
     sender.close()
-    assert (counts["in_doubt"], counts["failed"], counts["synced"]) == (1, 1, 0)
-    assert sorted(state.settled) == [("acked", 2), ("in_doubt", 1)]
-    assert state.progress[-1] == (2,)
+    assert (counts["in_doubt"], counts["failed"], counts["synced"]) == (1, 1, 1)
+    assert sorted(state.settled) == [("acked", 2), ("acked", 3), ("in_doubt", 1)]
+    assert state.progress[-1] == (3,)
+    acked, doubted, settled = ([k for h in heard for k in h[n]] for n in range(3))
+    assert (acked, doubted, sorted(settled)) == (["r3"], ["r1"], ["r1", "r2", "r3"])
 
 
 def test_a_request_is_sent_in_the_context_of_the_thread_that_submitted_it() -> None:

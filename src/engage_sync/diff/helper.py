@@ -58,6 +58,7 @@ CACHE_KIB = 8_192  # the helper's SQLite page cache while it appends (its memory
 LOG = "log"  # records as they come, in settle order (rowid)
 NICE = 19  # the helper yields a busy core to the run (the run's end waits for what it left)
 FINISH = "finish"
+RECORDS = "records"  # a frame of records encoded by the run: {RECORDS: [(user key, digests)]}
 _LEN = 4
 _JOINED = b"\x00"  # a joined frame's first byte (a pickle's is 0x80)
 
@@ -122,6 +123,13 @@ class FieldHelper:
         if users:
             self._enqueue(frame(users, blobs))
             self.handed += len(users)
+
+    def hand_records(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Whole records already encoded (user key, digests), in settle order after the
+        objects handed before them: what the helper keeps of those users is replaced."""
+        if records:
+            self._enqueue(pickle.dumps({RECORDS: records}, protocol=5))
+            self.handed += len(records)
 
     def finish(self) -> None:
         """After the run's last settle and its fold: the helper writes its records and exits.
@@ -269,7 +277,8 @@ def _serve() -> int:
                     db.close()
                     _store(header, path)
                     return 0
-                db.executemany(f"INSERT INTO {LOG} VALUES (?, ?)", records(*frame))
+                kept = frame[RECORDS] if isinstance(frame, dict) else records(*frame)
+                db.executemany(f"INSERT INTO {LOG} VALUES (?, ?)", kept)
         finally:
             db.close()
         return 0  # the input ended without `finish`: the run stopped, nothing is recorded

@@ -26,6 +26,8 @@ Invariants:
   `helper_after` items itself (`field_helper`): from then on its items carry no digests and
   the objects the service acknowledged go to the helper after each settle (`acked`); at
   `close` the run folds its log, then the helper writes its records over it;
+- an object in doubt is recorded as every one of its attributes unknown, by the helper if the
+  helper has its user, so that a value the service may hold is never taken as not held;
 - a user is recorded by the log or by the helper, never both: once the helper runs, an item
   of a user the run digested before it started (`digested`, at most `helper_after` users) is
   still digested here and logged at its settle. So a run that ends without the helper's write
@@ -47,7 +49,7 @@ from engage_sync.diff.helper import FieldHelper, shareable_url, sqlite_file
 from engage_sync.diff.logged_users import KeyFilter
 from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.state.field_codec import Digests, decode, encode, merged, user_key
-from engage_sync.state.fields import FRESH, MERGE
+from engage_sync.state.fields import FRESH, MERGE, UNKNOWN
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -114,10 +116,13 @@ class Differ:
         """Items an earlier attempt settled: never pending, as they are not sent again."""
         self.release(items)
 
-    def settled(self, acked: Sequence[Item], settled: Sequence[Item]) -> None:
-        """After each settle transaction: the helper gets the acknowledged objects, then the
-        settled items are no longer pending."""
+    def settled(self, acked: Sequence[Item], doubted: Sequence[Item],
+                settled: Sequence[Item]) -> None:
+        """After each settle transaction: the helper gets the acknowledged objects, then those
+        in doubt (after: a user with both is unknown); the settled items are no longer
+        pending."""
         self.acked(acked)
+        self.doubted(doubted)
         self.release(settled)
 
     # ----------------------------------------------------------------------------------------
@@ -127,6 +132,16 @@ class Differ:
         if self.helper is not None:
             fresh = [i for i in items if not i.fields]
             self.helper.hand([i.user for i in fresh], [i.blob for i in fresh])
+
+    def doubted(self, items: Iterable[Item]) -> None:
+        """Objects whose requests ended in doubt, just settled: those the run did not digest
+        go to the helper as records of every attribute unknown (`unknown_record`), replacing
+        what it kept of their users, so that whatever is read for them next is sent (the run
+        logs its own the same way, `state.fields.unknown_fields`). Rare: digested here."""
+        if self.helper is not None:
+            fresh = [i for i in items if not i.fields]
+            self.helper.hand_records([(user_key(i.user), unknown_record(i.user, i.blob))
+                                      for i in fresh])
 
     def _stored(self, keys: list[bytes]) -> dict[bytes, bytes]:
         """The record of these users (see the module's invariants)."""
@@ -224,6 +239,13 @@ class Differ:
         counts = (self.unchanged, self.saved)
         self.unchanged = self.saved = 0
         return counts
+
+
+def unknown_record(user: str, blob: bytes) -> bytes:
+    """The whole record (encoded digests) of a user whose object `blob` ended in doubt: each of
+    its attributes unknown, and no other (those are sent again too: nothing is taken as held
+    that may not be)."""
+    return encode(dict.fromkeys(decode(whole_encoded(user, blob)), UNKNOWN))
 
 
 def diff_stage(integration: str, state: StateStore, refresh: bool,

@@ -71,9 +71,10 @@ class RunContext:
     may_move_cursor: Callable[[Cursor], bool]
     counts: dict[str, int]
     report: Callable[[], None]
-    on_settled: Callable[[Sequence[Item], Sequence[Item]], None] | None = None
-    """Called after each settle transaction with the items the service acknowledged, then
-    every item settled, in settle order (`run.stage.Stage.settled`)."""
+    on_settled: Callable[[Sequence[Item], Sequence[Item], Sequence[Item]], None] | None = None
+    """Called after each settle transaction with the items the service acknowledged, those
+    whose requests ended in doubt, then every item settled, in settle order
+    (`run.stage.Stage.settled`)."""
     names_duplicates: bool = False
     """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
     owner: str | None = None
@@ -281,8 +282,10 @@ class SendLoop:
             acked_rows=acked, acked_fields=self._fields(),
             points=sum(i.points for i in delivered), owner=self.ctx.owner, pending=pending)
         if self.ctx.on_settled is not None:
-            self.ctx.on_settled(delivered,
-                                [i for s, _ in self.unsaved if s.batch for i in s.batch.items])
+            self.ctx.on_settled(
+                delivered, [i for s, t in self.unsaved if t.state == "in_doubt" and s.batch
+                            for i in s.batch.items],
+                [i for s, _ in self.unsaved if s.batch for i in s.batch.items])
         self.unsaved = []
         self.ctx.report()
 

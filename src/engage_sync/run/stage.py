@@ -5,7 +5,8 @@ A stage sees one run through these hooks, in this order: `open` once; then for e
 the rows an earlier attempt of the run settled are None in the list it sees, so nothing is
 counted twice), `skipped` for those items, and `take_counts` once the batch is handed on
 (what the stage saved goes to the run's record); `settled` after every settle transaction
-(interleaved with batches); `close` once after the last settlement of a run that read its whole
+(interleaved with batches: the items acknowledged, those whose requests ended in doubt, and
+every item settled); `close` once after the last settlement of a run that read its whole
 window; `stop` always, last.
 
 Invariants a stage keeps:
@@ -35,7 +36,8 @@ class Stage(Protocol):
         """(rows it left unsent, data points it saved) since the last call."""
         ...
 
-    def settled(self, acked: Sequence[Item], settled: Sequence[Item]) -> None: ...
+    def settled(self, acked: Sequence[Item], doubted: Sequence[Item],
+                settled: Sequence[Item]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -64,9 +66,10 @@ class Stages:
         counts = [stage.take_counts() for stage in self.stages]
         return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
-    def settled(self, acked: Sequence[Item], settled: Sequence[Item]) -> None:
+    def settled(self, acked: Sequence[Item], doubted: Sequence[Item],
+                settled: Sequence[Item]) -> None:
         for stage in self.stages:
-            stage.settled(acked, settled)
+            stage.settled(acked, doubted, settled)
 
     def close(self) -> None:
         for stage in self.stages:
