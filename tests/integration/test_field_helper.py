@@ -157,33 +157,37 @@ def test_a_run_that_stops_leaves_no_user_recorded_older_than_the_service_holds(
     assert _whole(later[0]) != _whole(first[0])
 
 
-def test_an_object_in_doubt_leaves_its_users_attributes_unknown_in_the_helpers_record(
+def test_an_object_in_doubt_leaves_its_user_unrecorded_by_the_helper(
     store: StateStore
 ) -> None:
     """A user the helper kept (its first object acknowledged) whose later object ends in
-    doubt: the service may hold either, so its record at close has each attribute of the
-    later object unknown, and a diff against it sends them all, the earlier values too.
-    Before, the helper kept the earlier object: a change back to it was never sent."""
+    doubt: the service may hold either, so the helper records nothing of it and the next run
+    sends it whole, a NULL too. A user forgotten so, then acknowledged again, is recorded with
+    that later object. Before, the helper kept the first object: a change back to it was never
+    sent."""
     differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=0)
     differ.open()
-    first: list[Any] = [_item(1, "free"), _item(2, "free")]
+    first: list[Any] = [_item(1, "free"), _item(2, "free"), _item(3, "free")]
     differ.apply(first)
     assert differ.helper is not None and not any(i.fields for i in first)
     differ.settled(first, [], first)
-    later: list[Any] = [_item(1, "gold")]
-    differ.apply(later)
-    differ.settled([], later, later)  # its request ended in doubt
+    doubted: list[Any] = [_item(1, "gold"), _item(3, "gold")]
+    differ.apply(doubted)
+    differ.settled([], doubted, doubted)  # their request ended in doubt
+    again: list[Any] = [_item(3, "silver")]
+    differ.apply(again)
+    differ.settled(again, [], again)
     differ.close()
-    record = _record(store)
-    unknown = dict.fromkeys(_whole(later[0]), field_record.UNKNOWN)
-    assert record == {field_codec.user_key(first[0].user): unknown,
-                      field_codec.user_key(first[1].user): _whole(first[1])}
-    again = Differ(INTEGRATION, store)
-    again.open()
-    back: list[Any] = [_item(1, "free"), _item(2, "free")]
-    again.apply(back)
-    assert back[0] is not None and back[0].fields and back[1] is UNCHANGED
-    assert json.loads(back[0].blob) == json.loads(first[0].blob)  # every attribute, sent
+    assert _record(store) == {field_codec.user_key(first[1].user): _whole(first[1]),
+                              field_codec.user_key(again[0].user): _whole(again[0])}
+    nulls = json.dumps({"external_id": "u1", "plan": None, "n": 1}).encode()
+    back: list[Any] = [Item(1, "u1", "external_id:u1", "attributes", nulls, (), 2),
+                       _item(2, "free")]
+    following = Differ(INTEGRATION, store)
+    following.open()
+    following.apply(back)
+    assert back[1] is UNCHANGED
+    assert json.loads(back[0].blob) == {"external_id": "u1", "plan": None, "n": 1}
 
 
 def test_a_helper_whose_run_died_writes_nothing_and_removes_its_file(store: StateStore) -> None:

@@ -11,6 +11,7 @@ Prefect and Dask runners are in tests/prefect/test_partitions_dask.py).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from engage_sync import kinds
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.config.files import load_integration
 from engage_sync.cursor.window import Window
+from engage_sync.read import sent_rows
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import python_bucket
 from engage_sync.read.reader import source_spec
@@ -212,8 +214,13 @@ def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_it
         return read_journal(state, integration, modes)
 
     monkeypatch.setattr(StateStore, "settled_entries", counted)  # every store a run opens
-    outcome = sync_file(events, options=options, store=store)
-    assert reads == ["events"]  # the 4 partitions in this process share one copy
+    gc.disable()  # the copy must go with its runs, not wait for a cycle's collection
+    try:
+        outcome = sync_file(events, options=options, store=store)
+        assert reads == ["events"]  # the 4 partitions in this process share one copy
+        assert len(sent_rows._SHARED) == 0
+    finally:
+        gc.enable()
     assert outcome.record is not None and outcome.record["rows_synced"] == 1
     ids = Counter(service.event_ids())
     assert len(ids) == 2001 and max(ids.values()) == 1  # every event once, the late one too

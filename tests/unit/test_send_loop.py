@@ -358,6 +358,29 @@ def test_in_doubt_and_item_errors_are_counted_and_settle() -> None:
     assert (acked, doubted, sorted(settled)) == (["r3"], ["r1"], ["r1", "r2", "r3"])
 
 
+def test_what_was_settled_is_not_settled_again_when_a_stage_fails_after_it() -> None:
+    """A stage's hook raises after a settle (the field helper died): the run then settles
+    what is in flight, and the requests already settled are not settled a second time (their
+    points and errors would be counted twice)."""
+    from engage_sync.errors import SyncError
+
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    calls: list[int] = []
+
+    def failing(*lists: Any) -> None:
+        calls.append(len(lists[0]))
+        raise SyncError("integration events: the helper failed")
+
+    sender, _ = loop(state, deliverer, on_settled=failing)
+    sender.submit(segment(1, "u1"), 1)
+    with pytest.raises(SyncError):
+        sender.drain()
+    sender.settle_in_flight()  # what the run does after an error
+    sender.close()
+    assert state.settled == [("acked", 1)] and calls == [1]
+
+
 def test_a_request_is_sent_in_the_context_of_the_thread_that_submitted_it() -> None:
     """What a sending thread logs belongs to the run of the thread that read the rows: Prefect
     finds a record's flow or task run in the logging thread's context, so partitions running

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import random
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -93,38 +94,43 @@ def test_entries_are_read_one_at_a_time() -> None:
 
 
 def test_siblings_share_one_copy_built_once_and_let_go_with_the_last() -> None:
-    """Callers with the same key get the one copy built for the first (with its `top`), even
-    when they ask at once; another key gets its own; once nobody holds a copy, the next caller
-    builds afresh."""
+    """Callers with the same key get the one copy built for the first (with its `top`), also
+    those that ask while it is being built; another key gets its own; once nobody holds a
+    copy, the next caller builds afresh."""
     builds: list[str] = []
+    building, go = threading.Event(), threading.Event()
 
     def build(name: str, top: tuple[int, ...]) -> Any:
         def make() -> SentRows:
             builds.append(name)
+            building.set()
+            assert go.wait(10)
             return SentRows.from_entries([(None, top, [f"{name}-1", f"{name}-2"])], top)
         return make
 
     got: list[SentRows] = []
-    start = threading.Barrier(4)
 
     def ask() -> None:
-        start.wait()
         got.append(sent_rows.shared(("state", "events", "parent-1"), build("p1", (1,))))
 
     threads = [threading.Thread(target=ask) for _ in range(4)]
-    for t in threads:
+    threads[0].start()
+    assert building.wait(10)  # the first is building; the others ask meanwhile
+    for t in threads[1:]:
         t.start()
+    time.sleep(0.2)
+    go.set()
     for t in threads:
         t.join()
     first = got[0]
-    assert builds == ["p1"] and all(g is first for g in got) and first.top == (1,)
+    assert builds == ["p1"] and len(got) == 4 and all(g is first for g in got)
+    assert first.top == (1,)
     assert first.keys.contains_many(["p1-1", "p1-2", "p2-1"]) == [True, True, False]
     other = sent_rows.shared(("state", "events", "parent-2"), build("p2", (2,)))
     assert other is not first and other.top == (2,) and builds == ["p1", "p2"]
     gone = weakref.ref(first)
     got.clear()
     del first
-    gc.collect()
-    assert gone() is None
+    assert gone() is None  # no cycle holds it: let go at once
     again = sent_rows.shared(("state", "events", "parent-1"), build("p1", (3,)))
     assert builds == ["p1", "p2", "p1"] and again.top == (3,)

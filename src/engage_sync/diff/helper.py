@@ -17,7 +17,8 @@ Invariants:
 - it is handed only objects whose acknowledgement is settled, in settle order, so its record
   of a user is the one the service holds after this run (a later object of a user replaces an
   earlier one: it was acknowledged later), and never a user whose digests the run logged
-  itself (`diff.stage`: those users' later objects are logged by the run);
+  itself (`diff.stage`: those users' later objects are logged by the run); and the users
+  whose objects ended in doubt (`forget`), of whom it records nothing handed before;
 - it writes to the state database once, after `finish` (so after the run's last settle and
   its own fold, whose deltas are all older); a run that ends any other way (killed, failed)
   records nothing of what the helper kept: a helper whose input ends without `finish` deletes
@@ -58,7 +59,8 @@ CACHE_KIB = 8_192  # the helper's SQLite page cache while it appends (its memory
 LOG = "log"  # records as they come, in settle order (rowid)
 NICE = 19  # the helper yields a busy core to the run (the run's end waits for what it left)
 FINISH = "finish"
-RECORDS = "records"  # a frame of records encoded by the run: {RECORDS: [(user key, digests)]}
+FORGET = "forget"  # a frame of users to forget: {FORGET: [user key, ...]}
+GONE = "gone"  # user key → the last row of `LOG` forgotten for it
 _LEN = 4
 _JOINED = b"\x00"  # a joined frame's first byte (a pickle's is 0x80)
 
@@ -124,12 +126,11 @@ class FieldHelper:
             self._enqueue(frame(users, blobs))
             self.handed += len(users)
 
-    def hand_records(self, records: list[tuple[bytes, bytes]]) -> None:
-        """Whole records already encoded (user key, digests), in settle order after the
-        objects handed before them: what the helper keeps of those users is replaced."""
-        if records:
-            self._enqueue(pickle.dumps({RECORDS: records}, protocol=5))
-            self.handed += len(records)
+    def forget(self, keys: list[bytes]) -> None:
+        """Users (their keys) whose objects ended in doubt, after the objects handed before:
+        what the helper kept of them so far is not recorded (those handed later are)."""
+        if keys:
+            self._enqueue(pickle.dumps({FORGET: keys}, protocol=5))
 
     def finish(self) -> None:
         """After the run's last settle and its fold: the helper writes its records and exits.
@@ -212,7 +213,8 @@ def frame(users: list[str], blobs: list[bytes]) -> bytes:
 
 
 def _unframe(data: bytes) -> Any:
-    """A frame → (users, objects parsed)."""
+    """A frame → (users, objects parsed), or what was pickled (the header, `FINISH`, a
+    {`FORGET`: keys} dict)."""
     if not data.startswith(_JOINED):
         return pickle.loads(data)
     size = int.from_bytes(data[1:1 + _LEN], "little")
@@ -249,7 +251,23 @@ def _keep(path: str) -> sqlite3.Connection:
     for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{CACHE_KIB}"):
         db.execute(f"PRAGMA {pragma}")
     db.execute(f"CREATE TABLE {LOG} (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
+    db.execute(f"CREATE TABLE {GONE} (user_key BLOB PRIMARY KEY, last INTEGER NOT NULL) "
+               "WITHOUT ROWID")
     return db
+
+
+def _forget(db: sqlite3.Connection, keys: list[bytes]) -> None:
+    """These users' rows so far are not to be recorded."""
+    db.executemany(f"INSERT INTO {GONE} SELECT ?, coalesce(max(rowid), 0) FROM {LOG} WHERE true "
+                   "ON CONFLICT (user_key) DO UPDATE SET last = excluded.last",
+                   [(k,) for k in keys])
+
+
+def _drop_forgotten(db: sqlite3.Connection) -> None:
+    """Before the store: the rows forgotten go (one pass over the log, a probe of `GONE` a
+    row; only run when something was forgotten)."""
+    db.execute(f"DELETE FROM {LOG} WHERE EXISTS (SELECT 1 FROM {GONE} g WHERE g.user_key = "
+               f"{LOG}.user_key AND g.last >= {LOG}.rowid)")
 
 
 def main() -> int:
@@ -270,15 +288,21 @@ def _serve() -> int:
     try:
         db = _keep(path)
         db.execute("BEGIN")  # one transaction: pages stay in the cache, written once
+        forgot = False
         try:
             for frame in frames:
                 if frame == FINISH:
+                    if forgot:
+                        _drop_forgotten(db)
                     db.execute("COMMIT")
                     db.close()
                     _store(header, path)
                     return 0
-                kept = frame[RECORDS] if isinstance(frame, dict) else records(*frame)
-                db.executemany(f"INSERT INTO {LOG} VALUES (?, ?)", kept)
+                if isinstance(frame, dict):
+                    _forget(db, frame[FORGET])
+                    forgot = True
+                else:
+                    db.executemany(f"INSERT INTO {LOG} VALUES (?, ?)", records(*frame))
         finally:
             db.close()
         return 0  # the input ended without `finish`: the run stopped, nothing is recorded

@@ -19,17 +19,19 @@ Invariants:
 - `pending` holds only users with items read and not yet settled (`release`): it is bounded by
   the send loop's window and one batch, not by the rows of a run;
 - the record itself is written only at settlement (`Item.fields`, `state.settle`), for the
-  objects the service acknowledged; an item that failed or is in doubt records nothing, and a
-  later row of the same run may have been reduced against it: such fields are sent again the
-  next time the row is read (its `UPDATED_AT` moves, a lookback, a full resync);
+  objects the service acknowledged; an item that failed records nothing, one in doubt only
+  that its attributes are unknown, and a later row of the same run may have been reduced
+  against it: such fields are sent again the next time the row is read (its `UPDATED_AT`
+  moves, a lookback, a full resync);
 - a run on an empty record may hand the digests to a helper process once it has diffed
   `helper_after` items itself (`field_helper`): from then on its items carry no digests and
   the objects the service acknowledged go to the helper after each settle (`acked`); at
   `close` the run folds its log, then the helper writes its records over it;
-- an object in doubt is recorded as every one of its attributes unknown, by the helper if the
-  helper has its user, so that a value the service may hold is never taken as not held;
+- an object in doubt leaves its user's record unknown: the run logs each of its attributes
+  unknown; the helper forgets what it kept of the user (no record: sent whole next time);
 - a user is recorded by the log or by the helper, never both: once the helper runs, an item
-  of a user the run digested before it started (`digested`, at most `helper_after` users) is
+  of a user the run digested before it started (`digested`: the users of the batches read
+  until the helper started, at most `helper_after` and one batch) is
   still digested here and logged at its settle. So a run that ends without the helper's write
   (killed, or the helper failed) leaves no user's record older than what the service holds:
   the log has every acknowledged object of its users, and the helper's users have no record
@@ -49,7 +51,7 @@ from engage_sync.diff.helper import FieldHelper, shareable_url, sqlite_file
 from engage_sync.diff.logged_users import KeyFilter
 from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.state.field_codec import Digests, decode, encode, merged, user_key
-from engage_sync.state.fields import FRESH, MERGE, UNKNOWN
+from engage_sync.state.fields import FRESH, MERGE
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -134,14 +136,12 @@ class Differ:
             self.helper.hand([i.user for i in fresh], [i.blob for i in fresh])
 
     def doubted(self, items: Iterable[Item]) -> None:
-        """Objects whose requests ended in doubt, just settled: those the run did not digest
-        go to the helper as records of every attribute unknown (`unknown_record`), replacing
-        what it kept of their users, so that whatever is read for them next is sent (the run
-        logs its own the same way, `state.fields.unknown_fields`). Rare: digested here."""
+        """Objects whose requests ended in doubt, just settled: the helper forgets what it
+        kept of the users of those the run did not digest, so that they have no record and
+        are sent whole (NULLs too) the next time they are read. (The run marks its own users'
+        attributes unknown in the log instead, `state.fields.unknown_fields`.)"""
         if self.helper is not None:
-            fresh = [i for i in items if not i.fields]
-            self.helper.hand_records([(user_key(i.user), unknown_record(i.user, i.blob))
-                                      for i in fresh])
+            self.helper.forget([user_key(i.user) for i in items if not i.fields])
 
     def _stored(self, keys: list[bytes]) -> dict[bytes, bytes]:
         """The record of these users (see the module's invariants)."""
@@ -239,13 +239,6 @@ class Differ:
         counts = (self.unchanged, self.saved)
         self.unchanged = self.saved = 0
         return counts
-
-
-def unknown_record(user: str, blob: bytes) -> bytes:
-    """The whole record (encoded digests) of a user whose object `blob` ended in doubt: each of
-    its attributes unknown, and no other (those are sent again too: nothing is taken as held
-    that may not be)."""
-    return encode(dict.fromkeys(decode(whole_encoded(user, blob)), UNKNOWN))
 
 
 def diff_stage(integration: str, state: StateStore, refresh: bool,

@@ -150,9 +150,10 @@ def shared(key: Hashable, build: Callable[[], SentRows]) -> SentRows:
     is a snapshot older than a later one's start, but consistent with its own `top`, which
     the sibling uses with it: what an incremental run sent in between is above that `top`
     (but for a lookback's late rows, which any backfill may meet while it runs).
-    Invariants: built once per key while anyone holds it (under one lock: a caller waits for a
-    build in progress, of any key); let go with its last holder, so the next backfill reads
-    the journal afresh."""
+    Invariants: built once per key while anyone holds it (under one lock, not re-entrant: a
+    caller waits for a build in progress, of any key, and `build` must not call `shared`); let
+    go with its last holder (a run lets go of its copy when it ends), so the next backfill
+    reads the journal afresh."""
     with _SHARED_LOCK:
         held = _SHARED.get(key)
         if held is None:

@@ -132,6 +132,12 @@ class Run:
 
     # the run -------------------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
+        try:
+            return self._open_and_execute()
+        finally:  # a copy shared with sibling runs goes with the last of them (`sent_rows.shared`)
+            self.reader.drops.sent = None
+
+    def _open_and_execute(self) -> dict[str, Any]:
         state = self.deps.state
         done = self.scope.finished(state, self.run_name)
         if done is not None:  # run again (a cluster recomputing a lost result): nothing to do

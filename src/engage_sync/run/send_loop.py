@@ -281,12 +281,12 @@ class SendLoop:
             progress=moved, move_cursor=moved is not None and self.ctx.may_move_cursor(moved),
             acked_rows=acked, acked_fields=self._fields(),
             points=sum(i.points for i in delivered), owner=self.ctx.owner, pending=pending)
+        saved, self.unsaved = self.unsaved, []  # settled: never again, whatever a hook raises
         if self.ctx.on_settled is not None:
             self.ctx.on_settled(
-                delivered, [i for s, t in self.unsaved if t.state == "in_doubt" and s.batch
+                delivered, [i for s, t in saved if t.state == "in_doubt" and s.batch
                             for i in s.batch.items],
-                [i for s, _ in self.unsaved if s.batch for i in s.batch.items])
-        self.unsaved = []
+                [i for s, _ in saved if s.batch for i in s.batch.items])
         self.ctx.report()
 
     def _fields(self) -> list[tuple[str, bytes]]:
