@@ -1,6 +1,7 @@
 """A first diffed run with its field helper, end to end against the sandbox over loopback: a
-user whose later object ended in doubt is left unrecorded, so the next run sends it whole,
-whatever the service kept."""
+user whose later object ended in doubt is left unrecorded, and a run killed after its helper
+took over leaves no user recorded older than the service holds; so the next run sends what
+it reads back, whatever the service kept."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     field_records,
+    kill_during_request,
+    resume_cli,
     table_integration,
     user_rows,
 )
@@ -53,3 +56,31 @@ def test_a_user_whose_later_object_ended_in_doubt_is_sent_whole_by_the_next_run(
     assert second is not None and second["rows_synced"] == 1
     profile = service.profile("u00005")
     assert profile is not None and profile["attributes"]["plan"] == "free"
+
+
+def test_a_killed_first_run_leaves_no_user_recorded_older_than_the_service_holds(
+    warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run digests its first batch itself, then its helper takes over; u00000-u00149
+    are read "old", then "new" (the run's own users among them: u00000-u00099). The run is
+    killed well after those were settled (a settle takes 32 requests), so the helper's
+    records are lost; the resumed run ends it. The service holds "new": a later row back at
+    "old" must be sent. Before, the run's log kept u00000 at "old" and the row was not sent."""
+    monkeypatch.setenv("ENGAGE_SYNC_FIELD_HELPER_AFTER", "100")  # after the first batch
+    rows = [*user_rows(150, at=T0, plan="old"),
+            *user_rows(150, at=T0 + timedelta(seconds=1), plan="new"),
+            *user_rows(3000, at=T0 + timedelta(seconds=2), prefix="v")]
+    path = table_integration(warehouse, service, tmp_path, "attributes", rows,
+                             extract_batch_rows=100, service={"max_in_flight": 1})
+    warehouse.engine.dispose()
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    kill_during_request(path, service, sandbox_key, state_url, nth=40)
+    with StateStore.from_url(state_url).engine.connect() as conn:  # the first 32 settled
+        assert conn.exec_driver_sql("SELECT count(*) FROM engage_field_log").scalar()
+    resume_cli(path, state_url, sandbox_key)
+    assert service.profile("u00000")["attributes"]["plan"] == "new"  # type: ignore[index]
+    warehouse.insert("users_sync", user_rows(1, at=T0 + timedelta(hours=1), plan="old"))
+    warehouse.engine.dispose()
+    assert resume_cli(path, state_url, sandbox_key)["rows_synced"] == 1
+    assert service.profile("u00000")["attributes"]["plan"] == "old"  # type: ignore[index]
