@@ -1,7 +1,7 @@
 """A first diffed run with its field helper, end to end against the sandbox over loopback: a
 user whose later object ended in doubt is left unrecorded, and a run killed after its helper
-took over leaves no user recorded older than the service holds; so the next run sends what
-it reads back, whatever the service kept."""
+took over leaves no user recorded older than the last object the service acknowledged to it;
+so the next run sends what it reads back, whatever the service kept."""
 
 from __future__ import annotations
 

@@ -27,15 +27,16 @@ Invariants:
   `helper_after` items itself (`field_helper`): from then on its items carry no digests and
   the objects the service acknowledged go to the helper after each settle (`acked`); at
   `close` the run folds its log, then the helper writes its records over it;
-- an object in doubt leaves its user's record unknown: the run logs each of its attributes
-  unknown; the helper forgets what it kept of the user (no record: sent whole next time);
+- an object in doubt leaves what it carried unknown: the run logs each of its attributes
+  unknown (merged: the user's others stay); the helper forgets what it kept of the user so
+  far (no record, unless a later object of the user is acknowledged: sent whole next time);
 - a user is recorded by the log or by the helper, never both: once the helper runs, an item
   of a user the run digested before it started (`digested`: the users of the batches read
   until the helper started, at most `helper_after` and one batch) is
   still digested here and logged at its settle. So a run that ends without the helper's write
-  (killed, or the helper failed) leaves no user's record older than what the service holds:
-  the log has every acknowledged object of its users, and the helper's users have no record
-  (sent whole next time).
+  (killed, or the helper failed) leaves no user's record older than the last object the
+  service acknowledged to it: the log has every acknowledged object of its users, and the
+  helper's users have no record (sent whole next time).
 """
 
 from __future__ import annotations
@@ -137,9 +138,10 @@ class Differ:
 
     def doubted(self, items: Iterable[Item]) -> None:
         """Objects whose requests ended in doubt, just settled: the helper forgets what it
-        kept of the users of those the run did not digest, so that they have no record and
-        are sent whole (NULLs too) the next time they are read. (The run marks its own users'
-        attributes unknown in the log instead, `state.fields.unknown_fields`.)"""
+        kept so far of the users of those the run did not digest, so that (unless a later
+        object of theirs is acknowledged) they have no record and are sent whole, NULLs too,
+        the next time they are read. (The run marks its own users' objects' attributes
+        unknown in the log instead, `state.fields.unknown_fields`.)"""
         if self.helper is not None:
             self.helper.forget([user_key(i.user) for i in items if not i.fields])
 
