@@ -19,12 +19,11 @@ import argparse
 import os
 import random
 import shutil
-import sqlite3
 import tempfile
 import threading
 import time
 
-from helper_store import INTEGRATION, helper_file, state_file
+from helper_store import INTEGRATION, helper_file, run_connection, state_file
 
 from engage_sync.state import field_store_sql as fss
 
@@ -61,19 +60,17 @@ def main() -> None:
                     peak_wal = max(peak_wal, os.path.getsize(wal))
                 time.sleep(0.02)
 
-        other = sqlite3.connect(state)  # the run's connection, open meanwhile
-        other.execute("SELECT count(*) FROM engage_fields").fetchall()
-        watcher = threading.Thread(target=sample)
-        watcher.start()
-        began = time.perf_counter()
-        fss.store_sqlite_file(state, INTEGRATION, helper, "log",
-                              threads=fss.sorter_threads(fss.usable_cpus()))
-        took = time.perf_counter() - began
-        done.set()
-        watcher.join()
-        grown = os.path.getsize(state) - before
-        at_commit = os.path.getsize(wal) if os.path.exists(wal) else 0
-        other.close()
+        with run_connection(state):  # the WAL stays until the run's connection closes
+            watcher = threading.Thread(target=sample)
+            watcher.start()
+            began = time.perf_counter()
+            fss.store_sqlite_file(state, INTEGRATION, helper, "log",
+                                  threads=fss.sorter_threads(fss.usable_cpus()))
+            took = time.perf_counter() - began
+            done.set()
+            watcher.join()
+            grown = os.path.getsize(state) - before
+            at_commit = os.path.getsize(wal) if os.path.exists(wal) else 0
         n = args.rows
         print(f"{n:,} users of {args.attributes} attributes; the store took {took:.1f} s")
         for name, value in (("the helper's file", os.path.getsize(helper)),

@@ -25,13 +25,14 @@ the commit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import shutil
 import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from engage_sync.state import field_store_sql as fss
 from engage_sync.state.store import StateStore
@@ -75,10 +76,24 @@ def state_file(where: str, fill: Callable[[sqlite3.Connection], None]) -> str:
     return path
 
 
-def store(state: str, helper: str, pieces: dict[str, list[float]] | None = None) -> float:
-    """The helper's store, timed; the run's own connection stays open meanwhile."""
+@contextlib.contextmanager
+def run_connection(state: str) -> Iterator[None]:
+    """The run's own connection to the state file, open (and having read it) meanwhile."""
     other = sqlite3.connect(state)
     other.execute("SELECT count(*) FROM engage_fields").fetchall()
+    try:
+        yield
+    finally:
+        other.close()
+
+
+def store(state: str, helper: str, pieces: dict[str, list[float]] | None = None) -> float:
+    """The helper's store, timed; the run's own connection stays open meanwhile."""
+    with run_connection(state):
+        return _store(state, helper, pieces)
+
+
+def _store(state: str, helper: str, pieces: dict[str, list[float]] | None) -> float:
     start = time.perf_counter()
     if pieces is None:
         fss.store_sqlite_file(state, INTEGRATION, helper, "log",
@@ -95,26 +110,23 @@ def store(state: str, helper: str, pieces: dict[str, list[float]] | None = None)
         pieces.setdefault("insert", []).append(inserted - start)
         pieces.setdefault("commit", []).append(time.perf_counter() - inserted)
         db.close()
-    took = time.perf_counter() - start
-    other.close()
-    return took
+    return time.perf_counter() - start
 
 
 def deferred(state: str, helper: str) -> tuple[float, float]:
     """The `deferred` design: (the end's append to the log, the next open's fold), seconds."""
-    other = sqlite3.connect(state)
-    other.execute("SELECT count(*) FROM engage_fields").fetchall()
-    start = time.perf_counter()
-    db = sqlite3.connect(state, isolation_level=None)
-    fss.tune(db.execute)
-    db.execute("ATTACH DATABASE ? AS helper", (helper,))
-    db.execute("BEGIN IMMEDIATE")
-    db.execute("INSERT INTO engage_field_log (integration, user_key, fresh, digests) "
-               "SELECT ?, user_key, 1, digests FROM helper.log ORDER BY rowid", (INTEGRATION,))
-    db.execute("COMMIT")
-    db.close()
-    appended = time.perf_counter() - start
-    other.close()
+    with run_connection(state):
+        start = time.perf_counter()
+        db = sqlite3.connect(state, isolation_level=None)
+        fss.tune(db.execute)
+        db.execute("ATTACH DATABASE ? AS helper", (helper,))
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO engage_field_log (integration, user_key, fresh, digests) "
+                   "SELECT ?, user_key, 1, digests FROM helper.log ORDER BY rowid",
+                   (INTEGRATION,))
+        db.execute("COMMIT")
+        db.close()
+        appended = time.perf_counter() - start
     store = StateStore.from_url(f"sqlite:///{state}")
     start = time.perf_counter()
     store.fold_fields(INTEGRATION)

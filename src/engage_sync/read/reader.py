@@ -121,8 +121,9 @@ class Drops:
     lookback: the run re-reads a trailing period; every row's end is remembered (acks), and
         rows at or below `stored` (the cursor when the run opened) whose content was
         acknowledged before are dropped.
-    sent, top: a backfill of events drops the rows incremental runs sent (`sent_rows`), and
-        rows above their cursor `top` (the next incremental run sends those).
+    sent: a backfill of events drops the rows incremental runs sent (`sent_rows`), and rows
+        above their cursor when those were read (`SentRows.top`: the next incremental run
+        sends those).
     only: a retry of one request's items reads only their row keys.
     newest_by: the user's columns when a user's newest row wins (attributes): a window with
         an `until` (a retry) passes rows whose user has a row after it (`newer_rows`).
@@ -131,7 +132,6 @@ class Drops:
     lookback: bool = False
     stored: Cursor | None = None
     sent: SentRows | None = None
-    top: Cursor | None = None
     only: frozenset[str] | None = None
     newest_by: tuple[str, ...] = ()
 
@@ -198,8 +198,9 @@ class Reader:
 
     def _drop_sent(self, rows: RowBatch) -> None:
         """Backfill of events: rows an incremental run sent, or will send, are not read."""
-        sent, top = self.drops.sent, self.drops.top
+        sent = self.drops.sent
         assert sent is not None
+        top = sent.top
         asked: list[int] = []  # rows at or below `top`: dropped if the journal says sent
         pairs: list[tuple[Cursor, str]] = []
         for k, c in enumerate(rows.cursors()):

@@ -127,7 +127,6 @@ class Run:
             siblings = self.scope.siblings  # partitions of one backfill: one copy a process
             drops.sent = sent() if siblings is None else shared(
                 (state.engine.url, self.i.name, siblings), sent)
-            drops.top = drops.sent.top  # a shared copy's own
         return drops
 
     # the run -------------------------------------------------------------------------------
