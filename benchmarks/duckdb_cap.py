@@ -1,0 +1,129 @@
+"""A large DuckDB window read under a memory cap: does every slice sort within it, how long
+does the read take, and how large does the reading process grow?
+
+Builds (or reuses) a DuckDB file of N rows in the service's sync format stored out of cursor
+order (the case where each slice scans the table, `read/duckdb_slices.py`), then for each cap
+reads the whole window through `stream_batches` in a fresh process with the cap set as the
+run sets it (`adapters.wiring`: `SET memory_limit` on each connection), `--runs` times,
+alternating the caps. Prints per read: rows, seconds, the process's peak RSS, or DuckDB's
+error when a slice does not fit.
+
+    .venv/bin/python benchmarks/duckdb_cap.py [--rows 20000000] [--caps 128MB,96MB] [--runs 1]
+        [--slice-rows N] (rows a slice holds; default the product's, until 64 slices; more
+        than --rows: the window in one sort, as a whole read does)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TABLE = "USERS_SYNC"
+
+
+def build(path: Path, rows: int) -> None:
+    """N rows of ≈ 90 bytes, in an order unrelated to UPDATED_AT (a hash of the row number)."""
+    import duckdb
+
+    if path.exists():
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            if con.execute(f"SELECT count(*) FROM {TABLE}").fetchone() == (rows,):
+                return
+        finally:
+            con.close()
+        path.unlink()
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(f"""
+            CREATE TABLE {TABLE} AS
+            SELECT TIMESTAMP '2024-01-01' + to_microseconds(i * 1000) AS UPDATED_AT,
+                   'user-' || lpad(i::VARCHAR, 9, '0') AS EXTERNAL_ID,
+                   '{{"plan":"' || CASE i % 3 WHEN 0 THEN 'gold' ELSE 'free' END
+                     || '","score":' || (i % 1000)::VARCHAR || ',"vip":false}}' AS PAYLOAD
+            FROM range(?) t(i) ORDER BY hash(i)""", [rows])
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
+def read_once(path: Path, cap: str, slice_rows: int | None) -> dict[str, object]:
+    """Child side: the whole window through the product's reader under `cap`."""
+    import sqlalchemy as sa
+
+    from engage_sync.cursor.window import Window
+    from engage_sync.read import duckdb_slices
+    from engage_sync.read.extract import SourceSpec, stream_batches
+
+    if slice_rows:
+        duckdb_slices.SLICE_ROWS = slice_rows
+    engine = sa.create_engine(f"duckdb:///{path}")
+    sa.event.listen(engine, "connect",  # as `adapters.wiring` sets it
+                    lambda dbapi_conn, _: dbapi_conn.execute(f"SET memory_limit = '{cap}'"))
+    spec = SourceSpec(integration="bench", table=TABLE, schema=None, query=None,
+                      cursor_column="UPDATED_AT", key_columns=("EXTERNAL_ID",),
+                      columns=("UPDATED_AT", "EXTERNAL_ID", "PAYLOAD"))
+    started = time.perf_counter()
+    rows, error = 0, None
+    try:
+        for batch in stream_batches(engine, spec, Window(start=None, signpost=None), 10_000):
+            rows += batch.num_rows
+    except Exception as exc:  # DuckDB's out-of-memory error is what this measures
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    return {"cap": cap, "rows": rows, "s": round(time.perf_counter() - started, 2),
+            "peak_rss_mb": peak_rss_mb(), "error": error}
+
+
+def peak_rss_mb() -> int:
+    """This process's peak RSS (VmHWM: its own, where getrusage's maximum also keeps the
+    parent's from before the exec)."""
+    status = Path("/proc/self/status").read_text()
+    return round(int(status.split("VmHWM:")[1].split()[0]) / 1024)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=20_000_000)
+    p.add_argument("--caps", default="128MB,96MB")
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--slice-rows", type=int, default=0)
+    p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-cap-bench"))
+    p.add_argument("--child", nargs=2, metavar=("PATH", "CAP"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(read_once(Path(args.child[0]), args.child[1], args.slice_rows)))
+        return 0
+    folder = Path(args.workdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"shuffled_{args.rows}.duckdb"
+    build(path, args.rows)
+    found: dict[str, list[dict[str, object]]] = {cap: [] for cap in args.caps.split(",")}
+    for _ in range(args.runs):
+        for cap, runs in found.items():
+            out = subprocess.run([sys.executable, __file__, "--child", str(path), cap,
+                                  "--slice-rows", str(args.slice_rows)],
+                                 check=True, capture_output=True, text=True).stdout
+            result = json.loads(out.strip().splitlines()[-1])
+            runs.append(result)
+            print(json.dumps(result), flush=True)
+    for cap, runs in found.items():
+        ok = [r for r in runs if not r["error"]]
+        if ok:
+            print(f"{cap}: {len(ok)}/{len(runs)} read to the end; median "
+                  f"{statistics.median(float(r['s']) for r in ok):.1f} s, peak RSS median "  # type: ignore[arg-type]
+                  f"{statistics.median(int(r['peak_rss_mb']) for r in ok)} MB")  # type: ignore[call-overload]
+        else:
+            print(f"{cap}: every read failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
