@@ -10,7 +10,9 @@ error when a slice does not fit.
 
     .venv/bin/python benchmarks/duckdb_cap.py [--rows 20000000] [--caps 128MB,96MB] [--runs 1]
         [--slice-rows N] (rows a slice holds; default the product's, until 64 slices; more
-        than --rows: the window in one sort, as a whole read does)
+        than --rows: the window in one sort, as a SQL `query` source is read)
+        [--later-rows] (each row also counts its user's later rows, as mapped attributes with
+        `superseded_rows: skip` are read: always in one query) [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def build(path: Path, rows: int) -> None:
         con.close()
 
 
-def read_once(path: Path, cap: str, slice_rows: int | None) -> dict[str, object]:
+def read_once(path: Path, cap: str, slice_rows: int | None, later_rows: bool
+              ) -> dict[str, object]:
     """Child side: the whole window through the product's reader under `cap`."""
     import sqlalchemy as sa
 
@@ -70,7 +73,8 @@ def read_once(path: Path, cap: str, slice_rows: int | None) -> dict[str, object]
                     lambda dbapi_conn, _: dbapi_conn.execute(f"SET memory_limit = '{cap}'"))
     spec = SourceSpec(integration="bench", table=TABLE, schema=None, query=None,
                       cursor_column="UPDATED_AT", key_columns=("EXTERNAL_ID",),
-                      columns=("UPDATED_AT", "EXTERNAL_ID", "PAYLOAD"))
+                      columns=("UPDATED_AT", "EXTERNAL_ID", "PAYLOAD"),
+                      superseded_by=("EXTERNAL_ID",) if later_rows else ())
     started = time.perf_counter()
     rows, error = 0, None
     try:
@@ -95,11 +99,13 @@ def main() -> int:
     p.add_argument("--caps", default="128MB,96MB")
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--slice-rows", type=int, default=0)
+    p.add_argument("--later-rows", action="store_true")
     p.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "engage-cap-bench"))
     p.add_argument("--child", nargs=2, metavar=("PATH", "CAP"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(read_once(Path(args.child[0]), args.child[1], args.slice_rows)))
+        print(json.dumps(read_once(Path(args.child[0]), args.child[1], args.slice_rows,
+                                   args.later_rows)))
         return 0
     folder = Path(args.workdir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,7 +115,8 @@ def main() -> int:
     for _ in range(args.runs):
         for cap, runs in found.items():
             out = subprocess.run([sys.executable, __file__, "--child", str(path), cap,
-                                  "--slice-rows", str(args.slice_rows)],
+                                  "--slice-rows", str(args.slice_rows),
+                                  *(["--later-rows"] if args.later_rows else [])],
                                  check=True, capture_output=True, text=True).stdout
             result = json.loads(out.strip().splitlines()[-1])
             runs.append(result)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engage_sync.read.warehouse_hints import hint
+from engage_sync.read.warehouse_hints import hint, read_fix
 
 CASES = [
     ("snowflake", "250001 (08001): Failed to connect to DB: xy12345.snowflakecomputing.com:443. "
@@ -51,3 +51,20 @@ def test_a_hint_never_repeats_a_value_of_the_error() -> None:
     said = "Incorrect username or password was specified for user secret-user-7"
     fix = hint("snowflake", said)
     assert fix is not None and "secret-user-7" not in fix
+
+
+OUT_OF_MEMORY = ("Out of Memory Error: failed to pin block of size 256.0 KiB (121.8 MiB/122.0 "
+                 "MiB used)")
+
+
+def test_a_window_read_whole_says_why_and_the_other_way_out() -> None:
+    assert read_fix("duckdb", OUT_OF_MEMORY) == hint("duckdb", OUT_OF_MEMORY)
+    later = read_fix("duckdb", OUT_OF_MEMORY, whole=True, superseded=True)
+    assert later is not None and later.startswith(hint("duckdb", OUT_OF_MEMORY) or "-")
+    assert "superseded_rows: send reads it in slices" in later
+    query = read_fix("duckdb", OUT_OF_MEMORY, whole=True)
+    assert query is not None and "a SQL query source is sorted whole" in query
+    # another failure of a whole read, or another warehouse: the hint alone
+    said = "IO Error: Could not set lock on file \"/w.duckdb\""
+    assert read_fix("duckdb", said, whole=True, superseded=True) == hint("duckdb", said)
+    assert read_fix("postgresql", "out of memory", whole=True) is None

@@ -16,9 +16,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,52 +38,7 @@ from engage_sync.read import (
     warehouse_hints,
 )
 from engage_sync.read.driver_rows import rows_to_batch
-
-
-@dataclass(frozen=True, slots=True)
-class SourceSpec:
-    """What to read: a table (optionally with schema) or a SQL query, and which columns."""
-
-    integration: str
-    table: str | None
-    schema: str | None
-    query: str | None
-    cursor_column: str
-    key_columns: tuple[str, ...]
-    columns: tuple[str, ...]
-    reader: str = "auto"
-    null_cursor_oldest: bool = False
-    """Rows with a NULL cursor value are read as if at OLDEST (`null_cursor: oldest`)."""
-    digested: frozenset[str] = frozenset()
-    """Key columns that hold payload: ordered by their digest (`key_digest`)."""
-    partition_column: str | None = None
-    """The column whose hash decides a row's partition (the user's key), if the kind can be
-    partitioned."""
-    superseded_by: tuple[str, ...] = ()
-    """The user's columns, when each row also carries `LATER_ROWS`: how many rows of the same
-    user follow it in the window (the warehouse counts them)."""
-    connect_args: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
-    hand them to the driver too. Never shown (not in the repr)."""
-
-    @property
-    def position_columns(self) -> list[str]:
-        """The batch columns of a row's position: the cursor column, then each key column
-        (or its digest column)."""
-        return [self.cursor_column,
-                *(key_digest.label(k) if k in self.digested else k for k in self.key_columns)]
-
-    @property
-    def names(self) -> list[str]:
-        """Every column of a batch, in order: the configured columns, the digests, then
-        LATER_ROWS when asked for (`superseded_by`)."""
-        return [*self.columns, *(key_digest.label(k) for k in self.key_columns
-                                 if k in self.digested),
-                *([LATER_ROWS] if self.superseded_by else [])]
-
-
-LATER_ROWS = "engage_later_rows"
-"""The batch column of `SourceSpec.superseded_by`: 0 for a user's last row in the window."""
+from engage_sync.read.source_spec import LATER_ROWS, SourceSpec
 
 OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
 """The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
@@ -247,12 +201,14 @@ def stream_batches(
             if engine.dialect.name == "duckdb":
                 import duckdb  # the driver's own errors: its Arrow reader is not SQLAlchemy's
 
-                parts = duckdb_slices.slices(conn, query, spec.cursor_column, whole=bool(
-                    spec.superseded_by or spec.query is not None))
+                parts = duckdb_slices.slices(conn, query, spec.cursor_column,
+                                             whole=spec.read_whole)
                 try:
                     for part in parts:
                         yield from _duckdb_batches(conn, part, batch_rows)
-                except duckdb.Error as exc:
+                # an error after the first batch (DuckDB out of memory while it merges a
+                # large sort) comes out of the Arrow reader as OSError, not duckdb.Error
+                except (duckdb.Error, OSError, pa.ArrowException) as exc:
                     raise _read_failed(engine, spec, exc) from exc
             elif _arrow_native(engine, spec):
                 yield from _adbc_batches(engine, spec, query, batch_rows)
@@ -277,7 +233,8 @@ def _read_failed(engine: Engine, spec: SourceSpec, exc: BaseException) -> Source
     where = (f"{url.get_backend_name()} at {url.host}{f':{url.port}' if url.port else ''}"
              if url.host else f"{url.get_backend_name()} {url.database or ''}".rstrip())
     said = first_line(exc)
-    fix = warehouse_hints.hint(engine.dialect.name, said)
+    fix = warehouse_hints.read_fix(engine.dialect.name, said, whole=spec.read_whole,
+                                   superseded=bool(spec.superseded_by))
     return SourceError(
         f"integration {spec.integration}: reading {_what(spec)} from the warehouse ({where}) "
         f"failed: {said}; {f'{fix}; ' if fix else ''}the rows sent before it are settled and "

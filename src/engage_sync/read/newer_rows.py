@@ -18,13 +18,13 @@ from engage_sync.cursor.window import Window
 from engage_sync.errors import SourceError
 from engage_sync.items import render_key
 from engage_sync.read.extract import (
-    SourceSpec,
     binary_ordered,
     build_query,
     connected,
     first_line,
     resolve_columns,
 )
+from engage_sync.read.source_spec import SourceSpec
 
 
 def newer_elsewhere(engine: Engine, spec: SourceSpec, window: Window,

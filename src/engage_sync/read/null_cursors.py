@@ -17,7 +17,8 @@ import logging
 from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
-from engage_sync.read.extract import SourceSpec, count_null_cursors
+from engage_sync.read.extract import count_null_cursors
+from engage_sync.read.source_spec import SourceSpec
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger("engage_sync.read.null_cursors")

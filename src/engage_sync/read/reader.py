@@ -32,9 +32,10 @@ from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
 from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
 from engage_sync.kinds import Kind
-from engage_sync.read.extract import LATER_ROWS, SourceSpec, stream_batches
+from engage_sync.read.extract import stream_batches
 from engage_sync.read.newer_rows import newer_elsewhere
 from engage_sync.read.sent_rows import SentRows
+from engage_sync.read.source_spec import LATER_ROWS, SourceSpec
 from engage_sync.state.row_errors import reject_position
 from engage_sync.state.store import StateStore
 

@@ -30,13 +30,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.cursor.progress import Cursor
 from engage_sync.errors import SourceError
-from engage_sync.read.extract import (
-    SourceSpec,
-    connected,
-    first_line,
-    resolve_columns,
-    source_of,
-)
+from engage_sync.read.extract import connected, first_line, resolve_columns, source_of
+from engage_sync.read.source_spec import SourceSpec
 
 Schema = dict[str, str]
 PAYLOAD_PREFIX = "payload."

@@ -54,6 +54,20 @@ _HINTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def read_fix(dialect: str, message: str, whole: bool = False, superseded: bool = False
+             ) -> str | None:
+    """`hint`, and for a window read `whole` (in one query) that DuckDB ran out of memory
+    sorting, why it was not read in slices and the other way out: its rows count their user's
+    later rows (`superseded`), or it is the config's SQL `query`."""
+    fix = hint(dialect, message)
+    if not whole or dialect != "duckdb" or not re.search(r"out of memory", message, re.I):
+        return fix
+    why = ("this window is sorted whole in one query, as each row counts its user's later "
+           "rows: superseded_rows: send reads it in slices (sending every row)") if superseded \
+        else "a SQL query source is sorted whole in one query (it is never read in slices)"
+    return f"{fix}; {why}" if fix else why
+
+
 def hint(dialect: str, message: str) -> str | None:
     """The fix for a failure of a `dialect` warehouse whose driver said `message`, or None."""
     for where, pattern, fix in _HINTS:
