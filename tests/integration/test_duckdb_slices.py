@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
@@ -169,8 +170,9 @@ def test_slices_hold_slice_rows_each_but_are_at_most_max_slices() -> None:
     assert duckdb_slices.slice_count(100_000_000, 62_500) == duckdb_slices.MAX_SLICES == 64
 
 
+@pytest.mark.parametrize("raised", [OSError, pa.ArrowInvalid])
 def test_duckdb_failing_after_its_first_batches_is_the_same_read_error(
-        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+        engine: sa.Engine, monkeypatch: pytest.MonkeyPatch, raised: type[Exception]) -> None:
     """DuckDB out of memory while it merges a large sort fails after the first batches, and
     its Arrow reader raises it as OSError (seen at 1.5M rows of 200 bytes read in one query
     under 52-60 MB, after 92,000-230,000 rows), not as duckdb.Error: the read's error all the
@@ -179,8 +181,8 @@ def test_duckdb_failing_after_its_first_batches_is_the_same_read_error(
 
     def failing(*args: Any) -> Any:
         yield next(whole(*args))
-        raise OSError("Out of Memory Error: failed to pin block of size 256.0 KiB (49.3 "
-                      "MiB/49.5 MiB used)")
+        raise raised("Out of Memory Error: failed to pin block of size 256.0 KiB (49.3 "
+                     "MiB/49.5 MiB used)")
 
     monkeypatch.setattr(extract, "_duckdb_batches", failing)
     came = 0
@@ -198,7 +200,10 @@ def test_duckdb_failing_after_its_first_batches_is_the_same_read_error(
     (SPEC, None),
     (replace(SPEC, superseded_by=("USER",)), "superseded_rows: send reads it in slices"),
     (replace(SPEC, table=None, query='SELECT * FROM src'), "a SQL query source is sorted whole"),
-], ids=["sliced", "later-rows", "query"])
+    # a query is read whole whatever superseded_rows says: no advice to change it
+    (replace(SPEC, table=None, query='SELECT * FROM src', superseded_by=("USER",)),
+     "a SQL query source is sorted whole"),
+], ids=["sliced", "later-rows", "query", "query-with-later-rows"])
 def test_duckdb_out_of_memory_is_a_read_error_that_says_what_to_set(
         tmp_path: Path, spec: SourceSpec, why: str | None) -> None:
     """DuckDB's own errors from its Arrow reader become the read's error, naming the
@@ -223,3 +228,4 @@ def test_duckdb_out_of_memory_is_a_read_error_that_says_what_to_set(
     assert said.startswith(f"integration slices: reading {what} from the warehouse")
     assert "Out of Memory" in said and "?memory_limit=1GB (or more) on warehouse.url" in said
     assert (why in said) if why else ("sorted whole" not in said)
+    assert ("superseded_rows" in said) is (why is not None and "superseded_rows" in why)

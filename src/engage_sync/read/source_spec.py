@@ -1,5 +1,5 @@
 """What a read of the warehouse asks for: the table or query, its columns, and how its rows
-are ordered and counted (`SourceSpec`). Pure data; `extract` builds the SQL from it."""
+are ordered and counted (`SourceSpec`). No I/O; `extract` builds the SQL from it."""
 
 from __future__ import annotations
 

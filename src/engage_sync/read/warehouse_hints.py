@@ -58,7 +58,8 @@ def read_fix(dialect: str, message: str, whole: bool = False, superseded: bool =
              ) -> str | None:
     """`hint`, and for a window read `whole` (in one query) that DuckDB ran out of memory
     sorting, why it was not read in slices and the other way out: its rows count their user's
-    later rows (`superseded`), or it is the config's SQL `query`."""
+    later rows and it is a table (`superseded`: sliced with superseded_rows: send), or it is the
+    config's SQL `query` (never sliced)."""
     fix = hint(dialect, message)
     if not whole or dialect != "duckdb" or not re.search(r"out of memory", message, re.I):
         return fix
