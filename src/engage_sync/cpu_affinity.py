@@ -67,6 +67,7 @@ DEFAULT = "auto"  # unset: `auto` on Linux, nothing elsewhere
 SAMPLE_SECONDS = 0.05  # `auto` compares the allowed CPUs' busy time over this long
 CLAIM = "engage-sync-cpu-{}.lock"
 log = logging.getLogger("engage_sync.cpu")
+_RANDOM = random.Random()  # ours: the global generator is the application's to seed and draw
 
 _held = threading.Lock()  # one run of the process holds the pin
 
@@ -103,7 +104,7 @@ def pin_setting(environ: Mapping[str, str]) -> str | None:
 
 
 def candidates(text: str, allowed: frozenset[int], busy: Callable[[], Mapping[int, int]],
-               tiebreak: Callable[[], float] = random.random) -> list[int] | None:
+               tiebreak: Callable[[], float] = _RANDOM.random) -> list[int] | None:
     """The CPUs the setting `text` lets the run take, in order of preference, or None (`off`
     or empty): a number names one of `allowed`; `auto` gives every allowed CPU, the least
     busy first (`busy()` read twice, `SAMPLE_SECONDS` apart; ties at random, so that runs

@@ -40,6 +40,7 @@ CONFIRM = (0.1, 1.0)  # a move's second look lasts a share of a period drawn fro
 PATIENCE = 3  # shared looks in a row with no freer CPU before the run lets go
 STAY, MOVE, LET_GO = "stay", "move", "let go"
 log = logging.getLogger("engage_sync.cpu")
+_RANDOM = random.Random()  # ours: the global generator is the application's to seed and draw
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class Watcher:
 
     def __init__(self, cpu: int, sample: Callable[[], Sample], move: Callable[[int], bool],
                  let_go: Callable[[], None], period: float = PERIOD,
-                 jitter: Callable[[], float] = random.random) -> None:
+                 jitter: Callable[[], float] = _RANDOM.random) -> None:
         self.cpu = cpu
         self._sample, self._move, self._let_go = sample, move, let_go
         self._period, self._jitter = period, jitter

@@ -27,13 +27,15 @@ transport.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, wait_exponential, wait_random
+from tenacity import RetryCallState, Retrying, wait_exponential
+from tenacity.wait import wait_base
 
 from engage_sync import __version__
 from engage_sync.deliver.classify import Outcome, classify
@@ -50,6 +52,18 @@ from engage_sync.errors import RateBudgetUnavailable
 from engage_sync.pack.request import Request
 
 logger = logging.getLogger(__name__)
+
+
+class Jitter(wait_base):
+    """Up to `high` seconds at random, drawn from a generator of our own: retries run in send
+    threads, and the global generator is the application's to seed and draw (tenacity's
+    `wait_random` draws from it)."""
+
+    def __init__(self, high: float) -> None:
+        self.high, self._random = high, random.Random()
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        return self._random.uniform(0, self.high)
 
 
 class DeliveryLog(logging.LoggerAdapter[logging.Logger]):
@@ -165,7 +179,7 @@ class Deliverer:
                          "Content-Type": "application/json", "User-Agent": USER_AGENT}
         self._bulk_headers = {**self._headers, "X-Braze-Bulk": "true"}
         self._backoff = (wait_exponential(multiplier=backoff_initial, max=backoff_max)
-                         + wait_random(0, backoff_initial))
+                         + Jitter(backoff_initial))
         self._retrying = Retrying(
             sleep=sleep,
             retry=self._wants_retry,
