@@ -233,9 +233,7 @@ def _read_failed(engine: Engine, spec: SourceSpec, exc: BaseException) -> Source
     where = (f"{url.get_backend_name()} at {url.host}{f':{url.port}' if url.port else ''}"
              if url.host else f"{url.get_backend_name()} {url.database or ''}".rstrip())
     said = first_line(exc)
-    fix = warehouse_hints.read_fix(  # a SQL query is read whole even with superseded_rows: send
-        engine.dialect.name, said, whole=spec.read_whole,
-        superseded=bool(spec.superseded_by) and spec.query is None)
+    fix = warehouse_hints.read_fix(engine.dialect.name, said, whole=spec.whole_because)
     return SourceError(
         f"integration {spec.integration}: reading {_what(spec)} from the warehouse ({where}) "
         f"failed: {said}; {f'{fix}; ' if fix else ''}the rows sent before it are settled and "

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from engage_sync.read import key_digest
 
+Whole = Literal["query", "later rows"]
+"""Why a window is read in one query (`SourceSpec.whole_because`)."""
 
 @dataclass(frozen=True, slots=True)
 class SourceSpec:
@@ -37,11 +39,19 @@ class SourceSpec:
     hand them to the driver too. Never shown (not in the repr)."""
 
     @property
+    def whole_because(self) -> Whole | None:
+        """Why the window must be read in one query, never in slices, or None: it is the
+        config's SQL `query`, which might not give the same rows twice (whatever
+        `superseded_by` says), or its rows count their user's later rows over the whole window
+        (`superseded_by`)."""
+        if self.query is not None:
+            return "query"
+        return "later rows" if self.superseded_by else None
+
+    @property
     def read_whole(self) -> bool:
-        """Whether the window must be read in one query, never in slices: its rows count their
-        user's later rows over the whole window (`superseded_by`), or it is the config's SQL
-        `query`, which might not give the same rows twice."""
-        return bool(self.superseded_by) or self.query is not None
+        """Whether the window must be read in one query (`whole_because`)."""
+        return self.whole_because is not None
 
     @property
     def position_columns(self) -> list[str]:

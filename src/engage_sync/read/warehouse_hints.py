@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+_OUT_OF_MEMORY = r"out of memory"  # DuckDB's own words, before the first batch or after
 _HINTS: tuple[tuple[str, str, str], ...] = (
     # (dialect, pattern of the driver's message, the fix)
     ("snowflake", r"incorrect username or password",
@@ -41,7 +42,7 @@ _HINTS: tuple[tuple[str, str, str], ...] = (
      "iam, db_user, cluster_identifier, region)"),
     ("postgresql", r"password authentication failed",
      "check the user and password in warehouse.url (or warehouse.connect_args.password)"),
-    ("duckdb", r"out of memory",
+    ("duckdb", _OUT_OF_MEMORY,
      "give DuckDB more memory: ?memory_limit=1GB (or more) on warehouse.url (engage-sync "
      "sets 128MB otherwise)"),
     ("duckdb", r"could not set lock on file",
@@ -54,18 +55,17 @@ _HINTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def read_fix(dialect: str, message: str, whole: bool = False, superseded: bool = False
-             ) -> str | None:
-    """`hint`, and for a window read `whole` (in one query) that DuckDB ran out of memory
-    sorting, why it was not read in slices and the other way out: its rows count their user's
-    later rows and it is a table (`superseded`: sliced with superseded_rows: send), or it is the
-    config's SQL `query` (never sliced)."""
+def read_fix(dialect: str, message: str, whole: str | None = None) -> str | None:
+    """`hint`, and for a window read in one query that DuckDB ran out of memory sorting, why
+    it was not read in slices and the other way out, by `whole` (`SourceSpec.whole_because`):
+    "later rows" (a table: sliced with superseded_rows: send) or "query" (never sliced)."""
     fix = hint(dialect, message)
-    if not whole or dialect != "duckdb" or not re.search(r"out of memory", message, re.I):
+    if whole is None or dialect != "duckdb" or not re.search(_OUT_OF_MEMORY, message, re.I):
         return fix
     why = ("this window is sorted whole in one query, as each row counts its user's later "
-           "rows: superseded_rows: send reads it in slices (sending every row)") if superseded \
-        else "a SQL query source is sorted whole in one query (it is never read in slices)"
+           "rows: superseded_rows: send reads it in slices (sending every row)"
+           ) if whole == "later rows" else (
+        "a SQL query source is sorted whole in one query (it is never read in slices)")
     return f"{fix}; {why}" if fix else why
 
 
