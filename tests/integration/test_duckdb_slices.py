@@ -1,8 +1,8 @@
 """A large DuckDB window read in slices of its cursor column (`read.duckdb_slices`) gives the
 same rows in the same order as the whole window in one query: ties on UPDATED_AT that span
 a cut, NULL cursors, a window that starts mid-timestamp, a backfill's bounds, the hour the
-clocks go back; a window whose rows depend on each other (LATER_ROWS), or a configured query, is
-read whole; the file is closed once read; DuckDB's own errors are the read's."""
+clocks go back; a window whose rows count each other (LATER_ROWS) is sliced too; a configured
+query is read whole; the file is closed once read; DuckDB's own errors are the read's."""
 
 from __future__ import annotations
 
@@ -91,11 +91,12 @@ def test_a_sliced_window_reads_the_rows_of_the_whole_query_in_its_order(
         assert sum(r[0] is None for r in sliced) == 11 and sliced[-1][0] is None
 
 
-def test_a_window_whose_rows_count_each_other_is_read_in_one_query(
+def test_a_window_whose_rows_count_each_other_is_sliced_with_the_rows_beyond(
         engine: sa.Engine, queries: list[int]) -> None:
+    """LATER_ROWS over slices (`duckdb_later`; its own tests compare random tables)."""
     spec = replace(SPEC, superseded_by=("USER",))
     rows = _read(engine, spec, Window(start=None, signpost=T + timedelta(days=1)))
-    assert len(queries) == 1 and len(rows) == ROWS - 11
+    assert len(queries) > 3 and len(rows) == ROWS - 11
     latest = [r for r in rows if r[-1] == 0]
     assert len(latest) == 50  # one latest row per user over the whole window
 
@@ -198,17 +199,17 @@ def test_duckdb_failing_after_its_first_batches_is_the_same_read_error(
 
 @pytest.mark.parametrize(("spec", "why"), [
     (SPEC, None),
-    (replace(SPEC, superseded_by=("USER",)), "superseded_rows: send reads it in slices"),
+    (replace(SPEC, superseded_by=("USER",)), None),  # sliced, with the rows beyond
     (replace(SPEC, table=None, query='SELECT * FROM src'), "a SQL query source is sorted whole"),
-    # a query is read whole whatever superseded_rows says: no advice to change it
+    # a query is read whole whatever superseded_rows says
     (replace(SPEC, table=None, query='SELECT * FROM src', superseded_by=("USER",)),
      "a SQL query source is sorted whole"),
 ], ids=["sliced", "later-rows", "query", "query-with-later-rows"])
 def test_duckdb_out_of_memory_is_a_read_error_that_says_what_to_set(
         tmp_path: Path, spec: SourceSpec, why: str | None) -> None:
     """DuckDB's own errors from its Arrow reader become the read's error, naming the
-    integration, the table and the setting to change; a window read in one query also says
-    why it was not read in slices, and the other way out where there is one."""
+    integration, the table and the setting to change; a SQL query source's also says that it
+    is never read in slices (and nothing of superseded_rows, which would not change that)."""
     path = tmp_path / "small.duckdb"
     maker = sa.create_engine(f"duckdb:///{path}")
     with maker.begin() as conn:
@@ -228,4 +229,4 @@ def test_duckdb_out_of_memory_is_a_read_error_that_says_what_to_set(
     assert said.startswith(f"integration slices: reading {what} from the warehouse")
     assert "Out of Memory" in said and "?memory_limit=1GB (or more) on warehouse.url" in said
     assert (why in said) if why else ("sorted whole" not in said)
-    assert ("superseded_rows" in said) is (why is not None and "superseded_rows" in why)
+    assert "superseded_rows" not in said

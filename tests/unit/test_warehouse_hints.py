@@ -57,14 +57,12 @@ OUT_OF_MEMORY = ("Out of Memory Error: failed to pin block of size 256.0 KiB (12
                  "MiB used)")
 
 
-def test_a_window_read_whole_says_why_and_the_other_way_out() -> None:
+def test_a_query_read_whole_says_it_is_never_sliced() -> None:
     assert read_fix("duckdb", OUT_OF_MEMORY) == hint("duckdb", OUT_OF_MEMORY)
-    later = read_fix("duckdb", OUT_OF_MEMORY, whole="later rows")
-    assert later is not None and later.startswith(hint("duckdb", OUT_OF_MEMORY) or "-")
-    assert "superseded_rows: send reads it in slices" in later
-    query = read_fix("duckdb", OUT_OF_MEMORY, whole="query")
-    assert query is not None and "a SQL query source is sorted whole" in query
+    query = read_fix("duckdb", OUT_OF_MEMORY, whole=True)
+    assert query is not None and query.startswith(hint("duckdb", OUT_OF_MEMORY) or "-")
+    assert "a SQL query source is sorted whole" in query
     # another failure of a whole read, or another warehouse: the hint alone
     said = "IO Error: Could not set lock on file \"/w.duckdb\""
-    assert read_fix("duckdb", said, whole="later rows") == hint("duckdb", said)
-    assert read_fix("postgresql", "out of memory", whole="query") is None
+    assert read_fix("duckdb", said, whole=True) == hint("duckdb", said)
+    assert read_fix("postgresql", "out of memory", whole=True) is None

@@ -13,15 +13,16 @@ Invariants:
   exactly one slice, rows tied on a cursor value share a slice, and the slices read one after
   the other give the rows in the order of the whole query;
 - a query whose rows depend on each other (a window function over the window, as
-  `LATER_ROWS` is), or a configured SQL `query` (run once per slice, it might not give the
-  same rows each time), must not be sliced: the caller reads it whole;
+  `LATER_ROWS` is) is not sliced as is (`duckdb_later` adds what lies beyond each slice), and
+  a configured SQL `query` (run once per slice, it might not give the same rows each time) is
+  never sliced: the caller reads it whole;
 - cut values are ordered as the warehouse orders them (aware datetimes by their instant);
 - a window of at most `SLICE_ROWS` rows is read as one query (one extra COUNT).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,28 +45,33 @@ SAMPLE_ROWS = 20_000
 
 
 def slices(conn: Connection, query: sa.Select[Any], cursor: str, whole: bool = False,
-           slice_rows: int | None = None) -> Iterator[sa.Select[Any]]:
+           slice_rows: int | None = None) -> Generator[sa.Select[Any]]:
     """The window's query (ordered, its cursor column selected as `cursor`) as the queries of
-    its slices, in order: the query itself when it must be read `whole` (its rows depend on
-    each other, as LATER_ROWS's do, or it is a SQL query of the config's, which might not give
-    the same rows twice), when the window holds at most `slice_rows` rows (default
-    `SLICE_ROWS`), or when its sample holds no cursor value to cut at."""
-    if whole:
+    its slices, in order: the query itself when it must be read `whole` (a SQL query of the
+    config's, which might not give the same rows twice) or `plan` cuts it nowhere."""
+    bounds = None if whole else plan(conn, query, cursor, slice_rows)
+    if bounds is None:
         yield query
-        return
+    else:
+        yield from sliced(query, cursor, bounds)
+
+
+def plan(conn: Connection, query: sa.Select[Any], cursor: str,
+         slice_rows: int | None = None) -> list[Any] | None:
+    """The cut values of the window's slices (`cuts`), or None when it is read as one query:
+    it holds at most `slice_rows` rows (default `SLICE_ROWS`), or its sample holds no cursor
+    value to cut at."""
     slice_rows = slice_rows or SLICE_ROWS
     window = query.order_by(None).subquery("engage_window")
     # fetched to the end: DuckDB runs nothing else on a connection with a result open
     rows = int(conn.execute(sa.select(sa.func.count()).select_from(window)).scalar_one())
     if rows <= slice_rows:
-        yield query
-        return
+        return None
     valued = sa.select(window.c[cursor].label("v")).where(window.c[cursor].is_not(None)
                                                            ).subquery("engage_valued")
     sample = sa.select(valued.c.v).suffix_with(f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS)")
     values = sorted(instant(v) for (v,) in conn.execute(sample))
-    bounds = cuts(values, slice_count(rows, slice_rows)) if values else []
-    yield from sliced(query, cursor, bounds)
+    return (cuts(values, slice_count(rows, slice_rows)) if values else None) or None
 
 
 def slice_count(rows: int, slice_rows: int) -> int:
@@ -109,3 +115,9 @@ def sliced(query: sa.Select[Any], cursor: str, bounds: list[Any]) -> Iterator[sa
                                                                          column.is_(None)))
         yield part
         lower = bound
+
+
+def driver_sql(conn: Connection, query: sa.Select[Any]) -> tuple[str, list[Any]]:
+    """The query as DuckDB's driver takes it: its SQL and its positional parameters."""
+    compiled = query.compile(dialect=conn.dialect)
+    return str(compiled), [compiled.params[name] for name in (compiled.positiontup or [])]

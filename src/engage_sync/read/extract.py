@@ -16,8 +16,9 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing, contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ from engage_sync.cursor.window import Window, align
 from engage_sync.errors import SourceError
 from engage_sync.read import adbc as extract_adbc
 from engage_sync.read import (
+    duckdb_later,
     duckdb_slices,
     duckdb_turns,
     key_digest,
@@ -40,15 +42,21 @@ from engage_sync.read import (
 from engage_sync.read.driver_rows import rows_to_batch
 from engage_sync.read.source_spec import LATER_ROWS, SourceSpec
 
+Beyond = Callable[[list[sa.ColumnElement[Any]], sa.ColumnElement[Any]], sa.ColumnElement[Any]]
+"""A term of LATER_ROWS from a row's user columns and its cursor, qualified by the source
+table as a correlated subquery needs them (`build_query`)."""
+
 OLDEST = datetime(1970, 1, 1, tzinfo=UTC)
 """The cursor value of a row whose cursor is NULL, with `null_cursor: oldest`."""
 
 
-def source_of(spec: SourceSpec) -> sa.FromClause:
+def source_of(spec: SourceSpec, declared: Sequence[str] = ()) -> sa.FromClause:
+    """The table or the SQL query read from; a table declares the `declared` columns, for a
+    correlated subquery to name them by it."""
     if spec.query is not None:
         return sa.text(spec.query).columns().subquery("engage_src")
     assert spec.table is not None
-    return sa.table(spec.table, schema=spec.schema)
+    return sa.table(spec.table, *(sa.column(c) for c in declared), schema=spec.schema)
 
 
 def resolve_columns(conn: Connection, spec: SourceSpec) -> dict[str, str]:
@@ -105,16 +113,23 @@ def binary_ordered(conn: Connection, spec: SourceSpec, resolved: dict[str, str])
 
 
 def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
-                binary: frozenset[str] = frozenset()) -> sa.Select[Any]:
+                binary: frozenset[str] = frozenset(), beyond: Beyond | None = None
+                ) -> sa.Select[Any]:
     """The ordered, windowed SELECT. The compound-cursor predicate is spelled out with OR/AND
-    (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it."""
-    src = source_of(spec)
+    (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it.
+    `beyond` adds to LATER_ROWS a row's later rows outside the rows the query keeps (a slice
+    of the window, `duckdb_later`)."""
+    src = source_of(spec, [resolved[c] for c in dict.fromkeys(  # `beyond` names them by it
+        (*spec.superseded_by, spec.cursor_column))] if beyond else ())
 
-    def col(name: str) -> sa.ColumnElement[Any]:
+    def col(name: str, qualified: bool = False) -> sa.ColumnElement[Any]:
+        column: sa.ColumnElement[Any] = sa.column(resolved[name])
+        if qualified:  # in a subquery, a lone "USER" is DuckDB's current_user, not the source's
+            column = src.c[resolved[name]]
         if name == spec.cursor_column and spec.null_cursor_oldest:
             oldest = align(OLDEST, window.signpost) if window.signpost is not None else OLDEST
-            return sa.func.coalesce(sa.column(resolved[name]), oldest)
-        return sa.column(resolved[name])
+            return sa.func.coalesce(column, oldest)
+        return column
 
     def position(name: str) -> sa.ColumnElement[Any]:
         return key_digest.key_md5(col(name)) if name in spec.digested else col(name)
@@ -125,7 +140,9 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
     digests = [position(k).label(key_digest.label(k)) for k in spec.key_columns
                if k in spec.digested]
-    later = [_later_rows([col(c) for c in spec.superseded_by], order)] \
+    outside = beyond([col(c, qualified=True) for c in spec.superseded_by],
+                     col(spec.cursor_column, qualified=True)) if beyond else None
+    later = [_later_rows([col(c) for c in spec.superseded_by], order, outside)] \
         if spec.superseded_by else []
     query = sa.select(*(col(c).label(c) for c in spec.columns), *digests, *later
                       ).select_from(src)
@@ -146,14 +163,16 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     return query.order_by(*sort)
 
 
-def _later_rows(user: list[sa.ColumnElement[Any]], order: list[sa.ColumnElement[Any]]
-                ) -> sa.ColumnElement[Any]:
+def _later_rows(user: list[sa.ColumnElement[Any]], order: list[sa.ColumnElement[Any]],
+                outside: sa.ColumnElement[Any] | None = None) -> sa.ColumnElement[Any]:
     """How many rows of the same user follow this one in the window: computed over the rows
-    the WHERE clause keeps, so a resumed run counts only what it reads again."""
+    the WHERE clause keeps, so a resumed run counts only what it reads again; plus `outside`,
+    a term for the rows that follow beyond them (`build_query`'s `beyond`)."""
     # NULL keys last, as the read puts them first: a row with a NULL key is never latest
     rank = sa.func.row_number().over(partition_by=user, order_by=[
         order[0].desc(), *(o.desc().nulls_last() for o in order[1:])])
-    return (rank - 1).label(LATER_ROWS)
+    later = rank - 1 if outside is None else rank - 1 + outside
+    return later.label(LATER_ROWS)
 
 
 def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
@@ -201,11 +220,13 @@ def stream_batches(
             if engine.dialect.name == "duckdb":
                 import duckdb  # the driver's own errors: its Arrow reader is not SQLAlchemy's
 
-                parts = duckdb_slices.slices(conn, query, spec.cursor_column,
-                                             whole=spec.read_whole)
+                # closed here, after the reader of its last part: what it leaves on the
+                # connection (`duckdb_later`'s table) goes before the connection does
+                parts = closing(_duckdb_parts(conn, spec, resolved, window, query))
                 try:
-                    for part in parts:
-                        yield from _duckdb_batches(conn, part, batch_rows)
+                    with parts as queries:
+                        for part in queries:
+                            yield from _duckdb_batches(conn, part, batch_rows)
                 # an error after the first batch (DuckDB out of memory while it merges a
                 # large sort) comes out of the Arrow reader as OSError, not duckdb.Error
                 except (duckdb.Error, OSError, pa.ArrowException) as exc:
@@ -226,6 +247,19 @@ def stream_batches(
         duckdb_turns.release(engine)
 
 
+def _duckdb_parts(conn: Connection, spec: SourceSpec, resolved: dict[str, str],
+                  window: Window, query: sa.Select[Any]) -> Generator[sa.Select[Any]]:
+    """The queries a DuckDB window is read in, one after the other: slices of its cursor
+    (`duckdb_slices`; `duckdb_later` when its rows count their user's later rows), or
+    `query` whole (a SQL query source, or a small window)."""
+    if spec.superseded_by and not spec.read_whole:
+        plain = build_query(replace(spec, superseded_by=()), resolved, window)
+        sliced = build_query(spec, resolved, window, beyond=duckdb_later.beyond)
+        return duckdb_later.slices(conn, plain, query, sliced, spec.cursor_column,
+                                   spec.superseded_by)
+    return duckdb_slices.slices(conn, query, spec.cursor_column, whole=spec.read_whole)
+
+
 def _read_failed(engine: Engine, spec: SourceSpec, exc: BaseException) -> SourceError:
     """A read that failed, its first line or mid-stream (a dropped connection): the warehouse
     named by dialect and host:port or file (never a user or password), and what it leaves."""
@@ -233,7 +267,7 @@ def _read_failed(engine: Engine, spec: SourceSpec, exc: BaseException) -> Source
     where = (f"{url.get_backend_name()} at {url.host}{f':{url.port}' if url.port else ''}"
              if url.host else f"{url.get_backend_name()} {url.database or ''}".rstrip())
     said = first_line(exc)
-    fix = warehouse_hints.read_fix(engine.dialect.name, said, whole=spec.whole_because)
+    fix = warehouse_hints.read_fix(engine.dialect.name, said, whole=spec.read_whole)
     return SourceError(
         f"integration {spec.integration}: reading {_what(spec)} from the warehouse ({where}) "
         f"failed: {said}; {f'{fix}; ' if fix else ''}the rows sent before it are settled and "
@@ -307,11 +341,10 @@ def sample_cursor(engine: Engine, spec: SourceSpec) -> Any:
 def _duckdb_batches(
     conn: Connection, query: sa.Select[Any], batch_rows: int
 ) -> Iterator[pa.RecordBatch]:
-    compiled = query.compile(dialect=conn.dialect)
-    params = [compiled.params[name] for name in (compiled.positiontup or [])]
+    sql, params = duckdb_slices.driver_sql(conn, query)
     raw = conn.connection.driver_connection
     assert raw is not None
-    reader = raw.sql(str(compiled), params=params).to_arrow_reader(batch_rows)
+    reader = raw.sql(sql, params=params).to_arrow_reader(batch_rows)
     for batch in reader:
         if batch.num_rows:
             yield batch

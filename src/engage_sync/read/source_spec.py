@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from engage_sync.read import key_digest
 
-Whole = Literal["query", "later rows"]
-"""Why a window is read in one query (`SourceSpec.whole_because`)."""
 
 @dataclass(frozen=True, slots=True)
 class SourceSpec:
@@ -32,26 +30,23 @@ class SourceSpec:
     """The column whose hash decides a row's partition (the user's key), if the kind can be
     partitioned."""
     superseded_by: tuple[str, ...] = ()
-    """The user's columns, when each row also carries `LATER_ROWS`: how many rows of the same
-    user follow it in the window (the warehouse counts them)."""
+    """The user's columns (among `columns`), when each row also carries `LATER_ROWS`: 0 for a
+    user's last row in the window, more than 0 for a row that rows of the same user follow
+    (the warehouse counts them)."""
     connect_args: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
     hand them to the driver too. Never shown (not in the repr)."""
 
-    @property
-    def whole_because(self) -> Whole | None:
-        """Why the window must be read in one query, never in slices, or None: it is the
-        config's SQL `query`, which might not give the same rows twice (whatever
-        `superseded_by` says), or its rows count their user's later rows over the whole window
-        (`superseded_by`)."""
-        if self.query is not None:
-            return "query"
-        return "later rows" if self.superseded_by else None
+    def __post_init__(self) -> None:
+        if not set(self.superseded_by) <= set(self.columns):
+            raise ValueError(f"integration {self.integration}: superseded_by "
+                             f"{self.superseded_by} must be read columns")
 
     @property
     def read_whole(self) -> bool:
-        """Whether the window must be read in one query (`whole_because`)."""
-        return self.whole_because is not None
+        """Whether the window must be read in one query, never in slices: it is the config's
+        SQL `query`, which might not give the same rows twice."""
+        return self.query is not None
 
     @property
     def position_columns(self) -> list[str]:

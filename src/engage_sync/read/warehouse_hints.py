@@ -55,17 +55,13 @@ _HINTS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def read_fix(dialect: str, message: str, whole: str | None = None) -> str | None:
-    """`hint`, and for a window read in one query that DuckDB ran out of memory sorting, why
-    it was not read in slices and the other way out, by `whole` (`SourceSpec.whole_because`):
-    "later rows" (a table: sliced with superseded_rows: send) or "query" (never sliced)."""
+def read_fix(dialect: str, message: str, whole: bool = False) -> str | None:
+    """`hint`, and for a window read in one query (`SourceSpec.read_whole`: a SQL query
+    source) that DuckDB ran out of memory sorting, that it is never read in slices."""
     fix = hint(dialect, message)
-    if whole is None or dialect != "duckdb" or not re.search(_OUT_OF_MEMORY, message, re.I):
+    if not whole or dialect != "duckdb" or not re.search(_OUT_OF_MEMORY, message, re.I):
         return fix
-    why = ("this window is sorted whole in one query, as each row counts its user's later "
-           "rows: superseded_rows: send reads it in slices (sending every row)"
-           ) if whole == "later rows" else (
-        "a SQL query source is sorted whole in one query (it is never read in slices)")
+    why = "a SQL query source is sorted whole in one query (it is never read in slices)"
     return f"{fix}; {why}" if fix else why
 
 

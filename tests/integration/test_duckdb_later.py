@@ -1,0 +1,145 @@
+"""A DuckDB window whose rows count their user's later rows, read in slices
+(`read.duckdb_later`), marks exactly the rows the whole window read in one query marks: the
+same rows in the same order, and LATER_ROWS 0 for the same rows. Real DuckDB, random tables:
+users with many rows or one, NULL users, ties on the cursor across cuts, NULL cursors, NULL
+keys, a resumed window, a backfill's bounds, `null_cursor: oldest`. The temporary table is
+gone when the read ends, to its end or not."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync.cursor.window import Window
+from engage_sync.read import duckdb_later, duckdb_slices, extract
+from engage_sync.read.extract import SourceSpec, stream_batches
+from engage_sync.read.source_spec import LATER_ROWS
+
+T = datetime(2026, 5, 1, 12, 0)
+SPEC = SourceSpec(integration="later", table="src", schema=None, query=None,
+                  cursor_column="UPDATED_AT", key_columns=("KEY",),
+                  columns=("UPDATED_AT", "KEY", "USER", "PAYLOAD"), superseded_by=("USER",))
+
+
+def _engine() -> sa.Engine:
+    """One in-memory DuckDB connection, kept by the pool: what a read leaves on it is seen."""
+    return sa.create_engine("duckdb:///:memory:", poolclass=sa.pool.StaticPool)
+
+
+def _fill(engine: sa.Engine, seed: int, rows: int, user_is_key: bool = False) -> None:
+    rng = random.Random(seed)
+    users = rng.choice([1, 3, 40, rows])  # one user, a few with many rows, one row each
+    with engine.begin() as conn:
+        conn.exec_driver_sql('CREATE TABLE src ("UPDATED_AT" TIMESTAMP, "KEY" VARCHAR, '
+                             '"USER" VARCHAR, "PAYLOAD" VARCHAR)')
+        conn.execute(sa.text("INSERT INTO src VALUES (:t, :k, :u, :p)"), [
+            _row(rng, i, users, user_is_key) for i in range(rows)])
+
+
+def _row(rng: random.Random, i: int, users: int, user_is_key: bool) -> dict[str, Any]:
+    """Cursors tied in whole seconds; a NULL key's row alone at its cursor, as (cursor, key)
+    names one row (else two rows' order, and which is latest, is the warehouse's choice).
+    `user_is_key`: the key names the user (mapped attributes keyed by their external id), each
+    row alone at its cursor, none NULL."""
+    null_key = rng.random() < 0.02
+    t = T + timedelta(seconds=rng.randrange(60),
+                      microseconds=i + 1 if null_key or user_is_key else 0)
+    user = None if rng.random() < 0.05 else f"u{rng.randrange(users)}"
+    unique = null_key or user_is_key  # NULL cursors would tie
+    return {"t": None if rng.random() < 0.03 and not unique else t,
+            "k": user if user_is_key else None if null_key else f"k{i:05d}",
+            "u": user, "p": f"p{i}"}
+
+
+WINDOWS = {
+    "everything": Window(start=None, signpost=None),
+    "to a signpost": Window(start=None, signpost=T + timedelta(seconds=50)),
+    "resumed mid-timestamp": Window(start=(T + timedelta(seconds=10), "k00200"),
+                                    signpost=T + timedelta(seconds=55)),
+    "a backfill's bounds": Window(start=None, signpost=T + timedelta(days=1),
+                                  floor=T + timedelta(seconds=5),
+                                  before=T + timedelta(seconds=40)),
+}
+
+
+def _whole(engine: sa.Engine, spec: SourceSpec, window: Window) -> list[tuple[Any, ...]]:
+    """The window in one query, LATER_ROWS counted over all of it, as booleans."""
+    with engine.connect() as conn:
+        query = extract.build_query(spec, extract.resolve_columns(conn, spec), window)
+        return [(*r[:-1], r[-1] > 0) for r in conn.execute(query)]
+
+
+@pytest.fixture
+def queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Slices of 40 rows; counts the queries each read sends to DuckDB."""
+    monkeypatch.setattr(duckdb_slices, "SLICE_ROWS", 40)
+    sent: list[int] = []
+    read = extract._duckdb_batches
+
+    def counted(*args: Any) -> Any:
+        sent.append(1)
+        return read(*args)
+
+    monkeypatch.setattr(extract, "_duckdb_batches", counted)
+    return sent
+
+
+def _temporary(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.exec_driver_sql(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = "
+            f"'{duckdb_later.TABLE}'").scalar_one())
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("name", list(WINDOWS))
+def test_slices_mark_the_rows_the_whole_window_marks(queries: list[int], name: str,
+                                                    seed: int) -> None:
+    engine = _engine()
+    user_is_key = seed >= 8
+    _fill(engine, seed, 500, user_is_key)
+    spec = replace(SPEC, null_cursor_oldest=seed % 3 == 0,
+                   key_columns=("USER",) if user_is_key else SPEC.key_columns)
+    window = WINDOWS[name]
+    sliced = [(*r[:-1], r[-1] > 0) for batch in stream_batches(engine, spec, window, 16)
+              for r in (tuple(row.values()) for row in batch.to_pylist())]
+    whole = _whole(engine, spec, window)
+    assert len(queries) > 3  # it was cut
+    assert sliced == whole and len(whole) > 100
+    assert any(r[-1] for r in whole) or len({r[2] for r in whole}) == len(whole)
+    assert _temporary(engine) == 0  # dropped at the read's end
+
+
+def test_a_read_left_before_its_end_drops_its_table(queries: list[int],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _engine()
+    _fill(engine, 1, 500)
+    built: list[int] = []
+    build = duckdb_later._build
+    monkeypatch.setattr(duckdb_later, "_build", lambda *a: (built.append(1), build(*a)))
+    batches = stream_batches(engine, SPEC, WINDOWS["to a signpost"], 16)
+    assert LATER_ROWS in next(batches).schema.names and built == [1]
+    batches.close()  # a run stopped mid-window
+    assert _temporary(engine) == 0
+    assert len(list(stream_batches(engine, SPEC, WINDOWS["to a signpost"], 16))) > 3
+
+
+def test_a_small_window_is_one_query_without_the_table(queries: list[int],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _engine()
+    _fill(engine, 2, 30)
+    built: list[int] = []
+    monkeypatch.setattr(duckdb_later, "_build", lambda *a: built.append(1))
+    rows = list(stream_batches(engine, SPEC, WINDOWS["everything"], 16))
+    assert sum(b.num_rows for b in rows) == 30 and len(queries) == 1 and built == []
+
+
+def test_superseded_by_must_name_read_columns() -> None:
+    with pytest.raises(ValueError, match="integration later: superseded_by"):
+        replace(SPEC, superseded_by=("ACCOUNT",))
+
