@@ -32,6 +32,8 @@ Prefect home each time, and reports:
         [--diff off|fields] [--profile] [--state sqlite|postgres]
         [--workdir DIR] [--json] [--neighbours N] [--before REVISION] [--max-in-flight N]
         [--warehouse-query '?memory_limit=96MB'] (options on the DuckDB URL)
+        [--mapped] (attributes through `mapping:`, PAYLOAD's text as one attribute, in place of
+        the sync format: read with each user's later rows counted, `superseded_rows: skip`)
 """
 
 from __future__ import annotations
@@ -112,15 +114,17 @@ def build_events(path: Path, rows: int) -> None:
 
 def write_integration(folder: Path, warehouse: Path, base_url: str, kind: str,
                       diff: str | None = None, max_in_flight: int | None = None,
-                      url_query: str = "") -> Path:
+                      url_query: str = "", mapped: bool = False) -> Path:
     table = EVENTS_TABLE if kind == "events" else "USERS_SYNC"
+    shape = ("mapping:\n  identifier: {external_id: EXTERNAL_ID}\n  attributes: "
+             "{PAYLOAD: payload}\n") if mapped else "payload:\n  identifier: external_id\n"
     key = "row_key: [EVENT_ID]\n" if kind == "events" else ""
     key += f"diff: '{diff}'\n" if diff else ""  # attributes only; else the default (fields)
     path = folder / f"bench_{kind}.yaml"
     path.write_text(
         f"kind: {kind}\nwarehouse:\n  url: duckdb:///{warehouse}{url_query}\nsource:\n"
         f"  table: {table}\n"
-        f"{key}payload:\n  identifier: external_id\n"
+        f"{key}{shape}"
         f"service:\n  base_url: {base_url}\n  api_key_env: ENGAGE_API_KEY\n"
         + (f"  max_in_flight: {max_in_flight}\n" if max_in_flight else "") + "settle_lag: 0s\n",
         "utf-8")
@@ -409,6 +413,8 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--warehouse-query", default="", metavar="?KEY=VALUE",
                    help="options on the DuckDB URL, e.g. ?memory_limit=96MB")
+    p.add_argument("--mapped", action="store_true",
+                   help="attributes through mapping: (later rows counted), not the sync format")
     p.add_argument("--max-in-flight", type=int, default=None,
                    help="service.max_in_flight of the integration (default: the product's)")
     p.add_argument("--before", metavar="REVISION",
@@ -433,7 +439,7 @@ def main() -> int:
     sandbox = start_sandbox(port, not args.no_rate_limits, workdir / "sandbox.log")
     base_url = f"http://127.0.0.1:{port}"
     integration = write_integration(workdir, warehouse, base_url, args.kind, args.diff,
-                                    args.max_in_flight, args.warehouse_query)
+                                    args.max_in_flight, args.warehouse_query, args.mapped)
     paths = args.paths.split(",")
     before = code_of(args.before, workdir) if args.before else None
     for tree in (Path(__file__).resolve().parents[1] / "src", before):  # as an install has it
