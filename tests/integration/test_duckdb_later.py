@@ -1,9 +1,10 @@
 """A DuckDB window whose rows count their user's later rows, read in slices
 (`read.duckdb_later`), marks exactly the rows the whole window read in one query marks: the
 same rows in the same order, and LATER_ROWS 0 for the same rows. Real DuckDB, random tables:
-users with many rows or one, NULL users, ties on the cursor across cuts, NULL cursors, NULL
-keys, a resumed window, a backfill's bounds, `null_cursor: oldest`. The temporary table is
-gone when the read ends, to its end or not."""
+users with many rows or one, of one column or two, NULL users, ties on the cursor across cuts,
+NULL cursors, NULL keys, the user as the key, a resumed window, a backfill's bounds, a
+partition, a retry's end, `null_cursor: oldest`. The temporary table is dropped when the read
+ends, to its end or not."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.cursor.window import Window
-from engage_sync.read import duckdb_later, duckdb_slices, extract
+from engage_sync.read import duckdb_later, extract
 from engage_sync.read.extract import SourceSpec, stream_batches
 from engage_sync.read.source_spec import LATER_ROWS
+from tests.integration.duckdb_reads import count_reads
 
 T = datetime(2026, 5, 1, 12, 0)
 SPEC = SourceSpec(integration="later", table="src", schema=None, query=None,
                   cursor_column="UPDATED_AT", key_columns=("KEY",),
-                  columns=("UPDATED_AT", "KEY", "USER", "PAYLOAD"), superseded_by=("USER",))
+                  columns=("UPDATED_AT", "KEY", "USER", "PAYLOAD", "REGION"),
+                  superseded_by=("USER",), partition_column="USER")
 
 
 def _engine() -> sa.Engine:
@@ -36,8 +39,8 @@ def _fill(engine: sa.Engine, seed: int, rows: int, user_is_key: bool = False) ->
     users = rng.choice([1, 3, 40, rows])  # one user, a few with many rows, one row each
     with engine.begin() as conn:
         conn.exec_driver_sql('CREATE TABLE src ("UPDATED_AT" TIMESTAMP, "KEY" VARCHAR, '
-                             '"USER" VARCHAR, "PAYLOAD" VARCHAR)')
-        conn.execute(sa.text("INSERT INTO src VALUES (:t, :k, :u, :p)"), [
+                             '"USER" VARCHAR, "PAYLOAD" VARCHAR, "REGION" VARCHAR)')
+        conn.execute(sa.text("INSERT INTO src VALUES (:t, :k, :u, :p, :r)"), [
             _row(rng, i, users, user_is_key) for i in range(rows)])
 
 
@@ -53,7 +56,7 @@ def _row(rng: random.Random, i: int, users: int, user_is_key: bool) -> dict[str,
     unique = null_key or user_is_key  # NULL cursors would tie
     return {"t": None if rng.random() < 0.03 and not unique else t,
             "k": user if user_is_key else None if null_key else f"k{i:05d}",
-            "u": user, "p": f"p{i}"}
+            "u": user, "p": f"p{i}", "r": rng.choice([None, "eu", "us"])}
 
 
 WINDOWS = {
@@ -64,6 +67,10 @@ WINDOWS = {
     "a backfill's bounds": Window(start=None, signpost=T + timedelta(days=1),
                                   floor=T + timedelta(seconds=5),
                                   before=T + timedelta(seconds=40)),
+    "a partition": Window(start=None, signpost=T + timedelta(days=1), partition=(1, 2)),
+    "a retry's rows": Window(start=(T + timedelta(seconds=4), "k00100"),
+                             signpost=T + timedelta(days=1),
+                             until=(T + timedelta(seconds=45), "k00300")),
 }
 
 
@@ -77,23 +84,16 @@ def _whole(engine: sa.Engine, spec: SourceSpec, window: Window) -> list[tuple[An
 @pytest.fixture
 def queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Slices of 40 rows; counts the queries each read sends to DuckDB."""
-    monkeypatch.setattr(duckdb_slices, "SLICE_ROWS", 40)
-    sent: list[int] = []
-    read = extract._duckdb_batches
+    return count_reads(monkeypatch, 40)
 
-    def counted(*args: Any) -> Any:
-        sent.append(1)
-        return read(*args)
 
-    monkeypatch.setattr(extract, "_duckdb_batches", counted)
+def _drops(engine: sa.Engine) -> list[str]:
+    """The DROPs of a temporary table sent on the engine's connections (the read is one
+    transaction, whose rollback would drop the table too: so the statement is what is seen)."""
+    sent: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute",
+                    lambda *args: sent.append(args[2]) if args[2].startswith("DROP") else None)
     return sent
-
-
-def _temporary(engine: sa.Engine) -> int:
-    with engine.connect() as conn:
-        return int(conn.exec_driver_sql(
-            "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = "
-            f"'{duckdb_later.TABLE}'").scalar_one())
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -104,29 +104,35 @@ def test_slices_mark_the_rows_the_whole_window_marks(queries: list[int], name: s
     user_is_key = seed >= 8
     _fill(engine, seed, 500, user_is_key)
     spec = replace(SPEC, null_cursor_oldest=seed % 3 == 0,
-                   key_columns=("USER",) if user_is_key else SPEC.key_columns)
+                   key_columns=("USER",) if user_is_key else SPEC.key_columns,
+                   superseded_by=("USER", "REGION") if seed % 2 else SPEC.superseded_by)
     window = WINDOWS[name]
+    drops = _drops(engine)
     sliced = [(*r[:-1], r[-1] > 0) for batch in stream_batches(engine, spec, window, 16)
               for r in (tuple(row.values()) for row in batch.to_pylist())]
+    assert len(drops) == 1  # its table, at the read's end
     whole = _whole(engine, spec, window)
     assert len(queries) > 3  # it was cut
     assert sliced == whole and len(whole) > 100
     assert any(r[-1] for r in whole) or len({r[2] for r in whole}) == len(whole)
-    assert _temporary(engine) == 0  # dropped at the read's end
+
 
 
 def test_a_read_left_before_its_end_drops_its_table(queries: list[int],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     engine = _engine()
     _fill(engine, 1, 500)
-    built: list[int] = []
+    built: list[str] = []
     build = duckdb_later._build
-    monkeypatch.setattr(duckdb_later, "_build", lambda *a: (built.append(1), build(*a)))
+    monkeypatch.setattr(duckdb_later, "_build",
+                        lambda conn, table, *a: (built.append(table), build(conn, table, *a)))
+    drops = _drops(engine)
     batches = stream_batches(engine, SPEC, WINDOWS["to a signpost"], 16)
-    assert LATER_ROWS in next(batches).schema.names and built == [1]
+    assert LATER_ROWS in next(batches).schema.names and len(built) == 1
     batches.close()  # a run stopped mid-window
-    assert _temporary(engine) == 0
+    assert drops == [f"DROP TABLE IF EXISTS {built[0]}"]
     assert len(list(stream_batches(engine, SPEC, WINDOWS["to a signpost"], 16))) > 3
+    assert len(set(built)) == 2 and drops[1] == f"DROP TABLE IF EXISTS {built[1]}"
 
 
 def test_a_small_window_is_one_query_without_the_table(queries: list[int],
@@ -137,9 +143,4 @@ def test_a_small_window_is_one_query_without_the_table(queries: list[int],
     monkeypatch.setattr(duckdb_later, "_build", lambda *a: built.append(1))
     rows = list(stream_batches(engine, SPEC, WINDOWS["everything"], 16))
     assert sum(b.num_rows for b in rows) == 30 and len(queries) == 1 and built == []
-
-
-def test_superseded_by_must_name_read_columns() -> None:
-    with pytest.raises(ValueError, match="integration later: superseded_by"):
-        replace(SPEC, superseded_by=("ACCOUNT",))
 

@@ -21,6 +21,7 @@ from engage_sync.cursor.window import Window
 from engage_sync.errors import SourceError
 from engage_sync.read import duckdb_slices, extract
 from engage_sync.read.extract import SourceSpec, stream_batches
+from tests.integration.duckdb_reads import count_reads
 
 T = datetime(2026, 5, 1, 12, 0)
 ROWS = 1_000
@@ -54,16 +55,7 @@ def _read(engine: sa.Engine, spec: SourceSpec, window: Window) -> list[tuple[Any
 @pytest.fixture
 def queries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Slices of 100 rows; counts the queries each read sends to DuckDB."""
-    monkeypatch.setattr(duckdb_slices, "SLICE_ROWS", 100)
-    sent: list[int] = []
-    whole = extract._duckdb_batches
-
-    def counted(*args: Any) -> Any:
-        sent.append(1)
-        return whole(*args)
-
-    monkeypatch.setattr(extract, "_duckdb_batches", counted)
-    return sent
+    return count_reads(monkeypatch, 100)
 
 
 WINDOWS = {

@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -253,9 +254,11 @@ def _duckdb_parts(conn: Connection, spec: SourceSpec, resolved: dict[str, str],
     (`duckdb_slices`; `duckdb_later` when its rows count their user's later rows), or
     `query` whole (a SQL query source, or a small window)."""
     if spec.superseded_by and not spec.read_whole:
+        # the user's columns are read columns (`source_spec`): the table groups them
         plain = build_query(replace(spec, superseded_by=()), resolved, window)
-        sliced = build_query(spec, resolved, window, beyond=duckdb_later.beyond)
-        return duckdb_later.slices(conn, plain, query, sliced, spec.cursor_column,
+        table = duckdb_later.table_name()
+        sliced = build_query(spec, resolved, window, beyond=partial(duckdb_later.beyond, table))
+        return duckdb_later.slices(conn, table, plain, query, sliced, spec.cursor_column,
                                    spec.superseded_by)
     return duckdb_slices.slices(conn, query, spec.cursor_column, whole=spec.read_whole)
 

@@ -37,11 +37,6 @@ class SourceSpec:
     """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
     hand them to the driver too. Never shown (not in the repr)."""
 
-    def __post_init__(self) -> None:
-        if not set(self.superseded_by) <= set(self.columns):
-            raise ValueError(f"integration {self.integration}: superseded_by "
-                             f"{self.superseded_by} must be read columns")
-
     @property
     def read_whole(self) -> bool:
         """Whether the window must be read in one query, never in slices: it is the config's
