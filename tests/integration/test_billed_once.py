@@ -28,6 +28,7 @@ from tests.integration.conftest import (
     table_integration,
     write_integration,
 )
+from tests.integration.duckdb_reads import count_reads
 
 ROWS = 120
 
@@ -173,6 +174,23 @@ def _changes_file(wh: Warehouse, svc: Service, folder: Path, **extra: Any) -> Pa
 def test_a_user_with_several_rows_in_a_run_is_sent_once_with_the_latest_values(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
 ) -> None:
+    _sent_once(warehouse, service, state, tmp_path)
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_duckdb_window_read_in_slices_sends_each_user_once_too(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same, the window read in slices of 500 rows (`read/duckdb_later.py`): the 1,000
+    superseded rows lie in the first slices, their users' later rows in the last ones."""
+    queries = count_reads(monkeypatch, 500)
+    _sent_once(warehouse, service, state, tmp_path)
+    assert len(queries) >= 2 * 8  # the dry run's read and the run's, each in 8 slices or more
+
+
+def _sent_once(warehouse: Warehouse, service: Service, state: StateStore,
+               tmp_path: Path) -> None:
     _changes(warehouse, 3000, 1000)
     path = _changes_file(warehouse, service, tmp_path)
     dry = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
