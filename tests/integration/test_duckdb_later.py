@@ -117,7 +117,6 @@ def test_slices_mark_the_rows_the_whole_window_marks(queries: list[int], name: s
     assert any(r[-1] for r in whole) or len({r[2] for r in whole}) == len(whole)
 
 
-
 def test_a_read_left_before_its_end_drops_its_table(queries: list[int],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     engine = _engine()
@@ -143,4 +142,3 @@ def test_a_small_window_is_one_query_without_the_table(queries: list[int],
     monkeypatch.setattr(duckdb_later, "_build", lambda *a: built.append(1))
     rows = list(stream_batches(engine, SPEC, WINDOWS["everything"], 16))
     assert sum(b.num_rows for b in rows) == 30 and len(queries) == 1 and built == []
-

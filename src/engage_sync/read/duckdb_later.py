@@ -91,6 +91,4 @@ def _build(conn: Connection, table: str, plain: sa.Select[Any], cursor: str,
              .group_by(*(window.c[u] for u in user))
              .having(sa.func.count() > 1))
     sql, params = duckdb_slices.driver_sql(conn, users)
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    raw.execute(f"CREATE TEMP TABLE {table} AS {sql}", params)
+    conn.exec_driver_sql(f"CREATE TEMP TABLE {table} AS {sql}", tuple(params))

@@ -71,7 +71,8 @@ def plan(conn: Connection, query: sa.Select[Any], cursor: str,
                                                            ).subquery("engage_valued")
     sample = sa.select(valued.c.v).suffix_with(f"USING SAMPLE reservoir({SAMPLE_ROWS} ROWS)")
     values = sorted(instant(v) for (v,) in conn.execute(sample))
-    return (cuts(values, slice_count(rows, slice_rows)) if values else None) or None
+    # two slices or more: `cuts` gives at least one value
+    return cuts(values, slice_count(rows, slice_rows)) if values else None
 
 
 def slice_count(rows: int, slice_rows: int) -> int:
