@@ -1,8 +1,8 @@
 """Two runs of different integrations in two OS processes at once, against one sandbox that
 enforces a low /users/track limit: with a shared budget (PostgreSQL, Redis) the sandbox sees
 no window over the limit and answers no 429; with private (`local`) budgets, the control case,
-it answers 429s. And a shared store lost mid-run stops the run with a clear error; the next
-run delivers every row."""
+it answers 429s, while one process alone with its private budget gets none. And a shared store
+lost mid-run stops the run with a clear error; the next run delivers every row."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from engage_sandbox.server import SandboxHandle, run_sandbox
 from engage_sandbox.settings import RateLimit, SandboxSettings
-from engage_sync.adapters.wiring import open_state
+from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.deliver.ratelimit import RateBudgets
 from tests.integration.conftest import (
     ROOT,
     Service,
@@ -113,6 +114,27 @@ def budget_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         url = request.getfixturevalue("redis").url
     monkeypatch.setenv("BUDGET_URL", url)
     return str(request.param)
+
+
+def test_one_process_following_the_sandboxs_windows_is_never_answered_429(
+        tight: Service, tight_sandbox: SandboxHandle, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private budget grants the limit in each of the service's windows once it has read
+    their edges from `X-RateLimit-Reset` (`deliver/ratelimit.py`): 50 requests over three
+    windows at least, each answered 201, and the edge it follows is one of the sandbox's (its
+    windows start on whole seconds)."""
+    monkeypatch.setenv("ENGAGE_API_KEY", tight_sandbox.api_key)
+    budgets = RateBudgets()
+    path = integration(tmp_path, tight, "alpha", "local")
+    record = sync_file(path, store=open_state(state_url(tmp_path, "alpha")),
+                       budgets=budgets).record
+    assert record["job_status"] == "success", record
+    entries = tight.requests(TRACK)
+    assert Counter(e["status"] for e in entries) == {201: ROWS // 10}
+    assert max(Counter(math.floor(e["received_at"]) for e in entries).values()) <= LIMIT
+    edge = budgets.budget(tight.base_url, "users_track").service_edge
+    assert edge is not None and abs(edge - round(edge)) < 0.05, edge
+    assert len(delivered(tight, "a")) == ROWS
 
 
 @pytest.mark.parametrize("budget_url", ["postgres", "redis"], indirect=True)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engage_sync.deliver.ratelimit import RateBudget, RateBudgets, parse_reset, parse_retry_after
+from engage_sync.deliver.ratelimit import (
+    EDGE_MARGIN,
+    RateBudget,
+    RateBudgets,
+    parse_reset,
+    parse_retry_after,
+)
 from tests.fakes import EPOCH, FakeClock
 
 
@@ -183,7 +190,13 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+def grid_reset(clock: FakeClock, window: float) -> float:
+    """The end of the service's current window, as the sandbox's fixed windows put it: the
+    next multiple of `window` in epoch seconds."""
+    return (clock.time() // window + 1) * window
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     limit=st.integers(1, 10),
     window=st.sampled_from([0.25, 1.0, 3.0]),
@@ -192,19 +205,69 @@ STEP = st.one_of(
 def test_property_no_window_ever_holds_more_than_the_limit(
     limit: int, window: float, steps: list[tuple[str, float]]
 ) -> None:
+    """Grants made while the budget keeps to its sliding log (before any reset was seen, and
+    after a pause) leave no span of `window` with more than `limit`; grants made while it
+    follows the service's windows leave no service window, widened by the margin on each side,
+    with more than `limit` (counting every grant in it, whenever made)."""
     clock = FakeClock(start=12345.678)
     b = budget(clock, limit, window)
+    margin = min(EDGE_MARGIN, window / 4)
     times: list[float] = []
+    following: list[bool] = []
+    follows = paused = False
     for op, arg in steps:
         if op == "acquire":
             times += grants(b, clock, int(arg))
+            following += [follows] * int(arg)
         elif op == "advance":
             clock.advance(arg)
         elif op == "pause":
             b.pause_until(clock.time() + arg)
+            follows, paused = False, True
         else:
             b.observe({"X-RateLimit-Remaining": str(int(arg)),
-                       "X-RateLimit-Reset": str(clock.time() + 1.0)})
+                       "X-RateLimit-Reset": str(grid_reset(clock, window))})
+            follows = not paused
     assert times == sorted(times)
-    for i in range(len(times) - limit):
-        assert times[i + limit] - times[i] >= window
+    for j in range(limit, len(times)):
+        if not following[j]:
+            assert times[j] - times[j - limit] >= window - 1e-9
+    eps = 1e-6  # the fake clock's epoch readings round in the last digits
+    for j, t in enumerate(times):
+        if not following[j]:
+            continue
+        for k in (math.floor((EPOCH + t) / window) + d for d in (-1, 0, 1)):
+            start, end = k * window - EPOCH - margin + eps, (k + 1) * window - EPOCH + margin - eps
+            inside = [i for i, u in enumerate(times) if start <= u < end]
+            if inside and inside[-1] == j:  # j is the window's last grant
+                assert len(inside) <= limit, (k, inside)
+
+
+def test_after_a_reset_is_seen_a_full_budget_waits_for_the_services_edge_not_a_window() -> None:
+    clock = FakeClock()
+    b = budget(clock, 5, 3.0)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # the service's window ends at 101
+    assert grants(b, clock, 5) == [100.0] * 5
+    # a sliding log would wait to 103; the next window opens at its edge plus the margin
+    assert grants(b, clock, 5) == [pytest.approx(101.0 + EDGE_MARGIN)] * 5
+    assert grants(b, clock, 1) == [pytest.approx(104.0 + EDGE_MARGIN)]
+
+
+def test_a_grant_within_the_margin_of_an_edge_counts_in_both_windows() -> None:
+    clock = FakeClock()
+    b = budget(clock, 5, 3.0)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # edges at 101, 104, ...
+    clock.advance(0.8)  # 100.8: within the margin before the edge at 101
+    assert grants(b, clock, 5) == [pytest.approx(100.8)] * 5
+    # the window from 101 holds them too: nothing more until the next opens at 104.5
+    assert grants(b, clock, 1) == [pytest.approx(104.0 + EDGE_MARGIN)]
+
+
+def test_a_429_turns_the_budget_back_to_its_sliding_log() -> None:
+    clock = FakeClock()
+    b = budget(clock, 5, 3.0)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})
+    grants(b, clock, 5)
+    b.pause_until(clock.time())  # a 429 whose reset is already here: no pause, no more edges
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # not followed again
+    assert grants(b, clock, 1) == [pytest.approx(103.0)]

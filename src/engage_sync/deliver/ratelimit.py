@@ -1,9 +1,13 @@
 """Rate budgets: how many requests may leave now, per endpoint group and service.
 
 A `RateBudget` grants at most `limit` requests in any span of `per_seconds` (a sliding log of
-the last `limit` grant times; a token bucket would allow up to twice the limit across a window
-edge, which a fixed-window service answers with 429). It tightens itself from the service's
-`X-RateLimit-*` headers and stops everyone until `X-RateLimit-Reset` after a 429.
+the last `limit` grant times; a token bucket would allow up to twice the limit within one of a
+fixed-window service's windows, which it answers with 429). Once the service's answers say
+where its windows end (`X-RateLimit-Reset`), it grants `limit` in each of those windows
+instead, as the service counts them: a sliding log waits a whole window after a burst, where
+the service's window may be about to end (on average half a window lost at a run's start). It
+tightens itself from the service's `X-RateLimit-*` headers and stops everyone until
+`X-RateLimit-Reset` after a 429, and from then on keeps to the sliding log.
 
 Times: `clock` is monotonic (intervals), `wall` is epoch seconds (the service's reset times);
 both and `sleep` are injectable so tests never sleep.
@@ -36,6 +40,10 @@ RESET = "x-ratelimit-reset"
 RETRY_AFTER = "retry-after"
 
 _MIN_WAIT = 1e-6  # so a float clock always moves forward past the instant it waits for
+EDGE_MARGIN = 0.5
+"""Seconds a service window's edge may be off, as seen here: a request's time on the way and
+the two clocks' difference (the reset is read against this machine's clock). A grant this close
+to an edge counts in both windows, and a window is used only this long after its edge."""
 _EPOCH_2001 = 1e9  # a reset below this is a number of seconds from now, not an epoch
 
 
@@ -82,10 +90,16 @@ def parse_retry_after(headers: Mapping[str, str], now_epoch: float) -> float | N
 
 
 class RateBudget:
-    """At most `limit` grants in any `per_seconds` span; thread-safe.
+    """At most `limit` grants in any `per_seconds` span, or, once the service gave a window's
+    end, in each of its windows; thread-safe.
 
-    Also honours the service's own view of its current window (`observe`) and a pause after a
-    429 (`pause_until`). `limit` only ever goes down from the configured figure.
+    Invariants: until a reset was observed, and for good after any pause (a 429: the edges were
+    not where the headers put them, or others share the workspace's windows), no span of
+    `per_seconds` holds more than `limit` grants. While following the service's windows (edges
+    at the last reset seen plus whole `per_seconds`, each widened by `EDGE_MARGIN` on both
+    sides), no widened window holds more than `limit` grants, so neither does the service's
+    window when its edge is off by less than the margin. Also honours the service's own count
+    of its current window (`observe`). `limit` only ever goes down from the configured figure.
     """
 
     def __init__(
@@ -111,6 +125,10 @@ class RateBudget:
         self._server_reset: float | None = None
         self._server_end = float("-inf")
         self._server_left = 0
+        # A service window's edge on `clock` (None: unknown), while its windows are followed.
+        self._edge: float | None = None
+        self._follow = True
+        self._margin = min(EDGE_MARGIN, self._window / 4)
 
     def __repr__(self) -> str:
         return f"RateBudget({self._limit} per {self._window:g} s)"
@@ -123,6 +141,13 @@ class RateBudget:
     def per_seconds(self) -> float:
         return self._window
 
+    @property
+    def service_edge(self) -> float | None:
+        """An edge of the service's windows as followed, in epoch seconds (None: none seen, or
+        keeping to the sliding log)."""
+        with self._lock:
+            return None if self._edge is None else self._edge - self._clock() + self._wall()
+
     def try_acquire(self) -> float:
         """Take a slot if one is free now and return 0.0; else return the seconds to wait."""
         with self._lock:
@@ -134,13 +159,24 @@ class RateBudget:
                 elif self._server_left <= 0:
                     wait = max(wait, self._server_end - now)
             if len(self._grants) == self._limit:
-                wait = max(wait, self._grants[0] + self._window - now)
+                wait = max(wait, self._full_for(now))
             if wait > 0:
                 return max(wait, _MIN_WAIT)
             self._grants.append(now)
             if self._server_reset is not None:
                 self._server_left -= 1
             return 0.0
+
+    def _full_for(self, now: float) -> float:
+        """With `limit` grants in the log: the seconds until one more may go (<= 0: now)."""
+        first = self._grants[0]
+        if self._edge is None:
+            return first + self._window - now
+        # the window in use: the last edge at least a margin ago, counted from a margin before
+        start = self._edge + (now - self._margin - self._edge) // self._window * self._window
+        if first < start - self._margin:
+            return 0.0
+        return start + self._window + self._margin - now
 
     def acquire(self) -> float:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
@@ -156,6 +192,7 @@ class RateBudget:
             now = self._clock()
             delay = min(reset_epoch - self._wall(), self._max_pause)
             self._paused_until = max(self._paused_until, now + delay)
+            self._follow, self._edge = False, None  # the sliding log from now on
 
     def tighten(self, requests: int, per_seconds: float) -> None:
         """Adopt `requests` per `per_seconds` if that rate is lower than the current one."""
@@ -179,6 +216,8 @@ class RateBudget:
         with self._lock:
             if limit is not None and limit >= 1:
                 self._set_limit(int(limit))
+            if reset is not None and reset > wall_now and self._follow:
+                self._edge = self._clock() + min(reset - wall_now, self._max_pause)
             if remaining is None or reset is None or reset <= wall_now:
                 return
             left = int(remaining)
