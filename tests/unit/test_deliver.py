@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from engage_sync.deliver.deliverer import DEFAULT_TIMEOUT, Deliverer
-from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.deliver.ratelimit import CLOCK_SKEW, RateBudgets
 from engage_sync.items import Item
 from engage_sync.pack.request import Request
 from tests.fakes import EPOCH, FakeClock
@@ -118,6 +118,22 @@ def test_429_waits_for_the_reset_then_succeeds(deliverer: Factory) -> None:
     assert (result.outcome.kind, result.attempts) == ("ok", 2)
     assert sum(clock.slept) >= 7.0
     assert script.seen[1][0] >= 7.0  # the second attempt left at or after the reset
+
+
+def test_each_answer_is_timed_from_its_grant_for_the_budgets_count_margin() -> None:
+    clock = FakeClock(start=0.0)
+    budgets = RateBudgets(clock=clock.monotonic, wall=clock.time, sleep=clock.sleep)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        clock.advance(0.03)  # the request's time on the way and at the service
+        return reply(201, {"message": "success"}, X_RateLimit_Reset=str(int(clock.time()) + 2))
+
+    d = Deliverer(httpx.MockTransport(answer), KEY, budgets, base_url=BASE, sleep=clock.sleep,
+                  clock=clock.monotonic, wall=clock.time)
+    d.send(make_request())
+    budget = budgets.budget(BASE, "users_track")
+    assert budget.count_margin == pytest.approx(CLOCK_SKEW + 0.03)
+    assert budget.service_edge == pytest.approx(int(EPOCH) + 2)
 
 
 @pytest.mark.parametrize("header", ["X_RateLimit_Reset", "Retry_After"])

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engage_sync.deliver.ratelimit import (
+    CLOCK_SKEW,
     EDGE_MARGIN,
     RateBudget,
     RateBudgets,
@@ -200,18 +201,22 @@ def grid_reset(clock: FakeClock, window: float) -> float:
 @given(
     limit=st.integers(1, 10),
     window=st.sampled_from([0.25, 1.0, 3.0]),
+    transit=st.one_of(st.none(), st.floats(0, 0.6, allow_nan=False)),
     steps=st.lists(STEP, max_size=30),
 )
 def test_property_no_window_ever_holds_more_than_the_limit(
-    limit: int, window: float, steps: list[tuple[str, float]]
+    limit: int, window: float, transit: float | None, steps: list[tuple[str, float]]
 ) -> None:
     """Grants made while the budget keeps to its sliding log (before any reset was seen, and
     after a pause) leave no span of `window` with more than `limit`; grants made while it
-    follows the service's windows leave no service window, widened by the margin on each side,
-    with more than `limit` (counting every grant in it, whenever made)."""
+    follows the service's windows leave none of them with more than `limit` (counting every
+    grant in it, whenever made), wherever the service's edges really are: up to the clock
+    skew later than the reset says, or up to the count margin earlier (a request counted
+    that long after its grant is the same)."""
     clock = FakeClock(start=12345.678)
     b = budget(clock, limit, window)
-    margin = min(EDGE_MARGIN, window / 4)
+    opens = min(CLOCK_SKEW, window / 4)
+    counts = min(EDGE_MARGIN, window / 4, CLOCK_SKEW + (transit if transit is not None else 1))
     times: list[float] = []
     following: list[bool] = []
     follows = paused = False
@@ -226,21 +231,21 @@ def test_property_no_window_ever_holds_more_than_the_limit(
             follows, paused = False, True
         else:
             b.observe({"X-RateLimit-Remaining": str(int(arg)),
-                       "X-RateLimit-Reset": str(grid_reset(clock, window))})
+                       "X-RateLimit-Reset": str(grid_reset(clock, window))}, transit)
             follows = not paused
     assert times == sorted(times)
     for j in range(limit, len(times)):
         if not following[j]:
             assert times[j] - times[j - limit] >= window - 1e-9
     eps = 1e-6  # the fake clock's epoch readings round in the last digits
-    for j, t in enumerate(times):
-        if not following[j]:
-            continue
-        for k in (math.floor((EPOCH + t) / window) + d for d in (-1, 0, 1)):
-            start, end = k * window - EPOCH - margin + eps, (k + 1) * window - EPOCH + margin - eps
-            inside = [i for i, u in enumerate(times) if start <= u < end]
-            if inside and inside[-1] == j:  # j is the window's last grant
-                assert len(inside) <= limit, (k, inside)
+    for off in (-0.99 * counts, -0.5 * counts, 0.0, 0.5 * opens, 0.99 * opens):
+        for j, t in enumerate(times):
+            if not following[j]:
+                continue
+            k = math.floor((EPOCH + t - off) / window)  # the service's window that holds j
+            start = k * window - EPOCH + off - eps
+            held = sum(1 for u in times[:j + 1] if u >= start)
+            assert held <= limit, (off, j, held)
 
 
 def test_after_a_reset_is_seen_a_full_budget_waits_for_the_services_edge_not_a_window() -> None:
@@ -248,9 +253,9 @@ def test_after_a_reset_is_seen_a_full_budget_waits_for_the_services_edge_not_a_w
     b = budget(clock, 5, 3.0)
     b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # the service's window ends at 101
     assert grants(b, clock, 5) == [100.0] * 5
-    # a sliding log would wait to 103; the next window opens at its edge plus the margin
-    assert grants(b, clock, 5) == [pytest.approx(101.0 + EDGE_MARGIN)] * 5
-    assert grants(b, clock, 1) == [pytest.approx(104.0 + EDGE_MARGIN)]
+    # a sliding log would wait to 103; the next window is used once the clocks' skew is past
+    assert grants(b, clock, 5) == [pytest.approx(101.0 + CLOCK_SKEW)] * 5
+    assert grants(b, clock, 1) == [pytest.approx(104.0 + CLOCK_SKEW)]
 
 
 def test_a_grant_within_the_margin_of_an_edge_counts_in_both_windows() -> None:
@@ -259,8 +264,37 @@ def test_a_grant_within_the_margin_of_an_edge_counts_in_both_windows() -> None:
     b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # edges at 101, 104, ...
     clock.advance(0.8)  # 100.8: within the margin before the edge at 101
     assert grants(b, clock, 5) == [pytest.approx(100.8)] * 5
-    # the window from 101 holds them too: nothing more until the next opens at 104.5
-    assert grants(b, clock, 1) == [pytest.approx(104.0 + EDGE_MARGIN)]
+    # the window from 101 holds them too (no answer was timed: the margin is the widest): it
+    # is full until the next opens at 104.05, where the sliding log frees a slot at 103.8
+    assert grants(b, clock, 1) == [pytest.approx(103.8)]
+
+
+@pytest.mark.parametrize(("answers", "before", "next_grant"), [
+    ([0.01], 0.2, 101.0 + CLOCK_SKEW),  # quick answers: counted in the window before only
+    ([0.01, 2.0], 0.2, 103.8),  # one slow answer: the widest margin, counted in both
+    ([2.0, 0.01], 0.2, 103.8),  # the slowest answer seen, not the last
+    ([None], 0.2, 103.8),  # no answer timed: the widest margin
+    ([2.0], 0.6, 101.0 + CLOCK_SKEW),  # never wider than EDGE_MARGIN
+])
+def test_the_count_margin_is_the_skew_plus_the_slowest_answer_timed(
+        answers: list[float | None], before: float, next_grant: float) -> None:
+    clock = FakeClock()
+    b = budget(clock, 5, 3.0)
+    for elapsed in answers:  # edges at 101, 104, ...
+        b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)}, elapsed)
+    clock.advance(1.0 - before)
+    grants(b, clock, 5)
+    assert grants(b, clock, 1) == [pytest.approx(next_grant)]
+
+
+def test_a_window_is_used_only_a_margin_after_its_edge() -> None:
+    clock = FakeClock()
+    b = budget(clock, 5, 3.0)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # edges at 101, 104, ...
+    clock.advance(0.2)
+    grants(b, clock, 5)  # at 100.2, a window's worth before the count margin of the edge
+    clock.advance(0.82)  # 101.02: past the edge here, perhaps not yet at the service
+    assert grants(b, clock, 1) == [pytest.approx(101.0 + CLOCK_SKEW)]
 
 
 def test_a_429_turns_the_budget_back_to_its_sliding_log() -> None:

@@ -236,6 +236,7 @@ class Deliverer:
         if self._guard is not None:
             self._guard()
         state.budget.acquire()
+        granted = self._clock()
         state.attempts += 1
         headers = self._bulk_headers if request.bulk else self._headers
         floor = 0.0
@@ -244,7 +245,7 @@ class Deliverer:
         except httpx.RequestError as exc:
             outcome = classify(request, None, None, exc)
         else:
-            state.budget.observe(response.headers)
+            state.budget.observe(response.headers, self._clock() - granted)
             outcome = classify(request, response.status_code, response.content, None)
             if outcome.kind in _RETRYABLE:
                 floor = self._floor(outcome, response.headers, state.budget)

@@ -3,11 +3,11 @@
 A `RateBudget` grants at most `limit` requests in any span of `per_seconds` (a sliding log of
 the last `limit` grant times; a token bucket would allow up to twice the limit within one of a
 fixed-window service's windows, which it answers with 429). Once the service's answers say
-where its windows end (`X-RateLimit-Reset`), it grants `limit` in each of those windows
-instead, as the service counts them: a sliding log waits a whole window after a burst, where
-the service's window may be about to end (on average half a window lost at a run's start). It
-tightens itself from the service's `X-RateLimit-*` headers and stops everyone until
-`X-RateLimit-Reset` after a 429, and from then on keeps to the sliding log.
+where its windows end (`X-RateLimit-Reset`), it also grants `limit` in each of those windows,
+as the service counts them: a sliding log alone waits a whole window after a burst, where the
+service's window may be about to end. It tightens itself from the service's `X-RateLimit-*`
+headers and stops everyone until `X-RateLimit-Reset` after a 429, and from then on keeps to
+the sliding log.
 
 Times: `clock` is monotonic (intervals), `wall` is epoch seconds (the service's reset times);
 both and `sleep` are injectable so tests never sleep.
@@ -40,10 +40,14 @@ RESET = "x-ratelimit-reset"
 RETRY_AFTER = "retry-after"
 
 _MIN_WAIT = 1e-6  # so a float clock always moves forward past the instant it waits for
+CLOCK_SKEW = 0.05
+"""Seconds this machine's clock may be off the service's (the reset is read against it; NTP
+keeps two hosts within milliseconds). A window is used only this long after its edge."""
 EDGE_MARGIN = 0.5
-"""Seconds a service window's edge may be off, as seen here: a request's time on the way and
-the two clocks' difference (the reset is read against this machine's clock). A grant this close
-to an edge counts in both windows, and a window is used only this long after its edge."""
+"""The most seconds a grant before an edge may take to be counted by the service (its time on
+the way and the skew): a grant this close before an edge counts in the next window too. Until
+an answer's time was measured the margin is this; then the clock skew plus the slowest answer
+seen, never more than this."""
 _EPOCH_2001 = 1e9  # a reset below this is a number of seconds from now, not an epoch
 
 
@@ -95,11 +99,14 @@ class RateBudget:
 
     Invariants: until a reset was observed, and for good after any pause (a 429: the edges were
     not where the headers put them, or others share the workspace's windows), no span of
-    `per_seconds` holds more than `limit` grants. While following the service's windows (edges
-    at the last reset seen plus whole `per_seconds`, each widened by `EDGE_MARGIN` on both
-    sides), no widened window holds more than `limit` grants, so neither does the service's
-    window when its edge is off by less than the margin. Also honours the service's own count
-    of its current window (`observe`). `limit` only ever goes down from the configured figure.
+    `per_seconds` holds more than `limit` grants (the sliding log). While following the
+    service's windows (edges at the last reset seen plus whole `per_seconds`), a grant is
+    made when the sliding log allows it or when fewer than `limit` grants were made since the
+    count margin (`EDGE_MARGIN` at most) before the last edge at least `CLOCK_SKEW` ago;
+    either way, each of the service's windows holds at most `limit` when it counts a grant
+    less than the count margin after it was made and its clock is within `CLOCK_SKEW` of ours.
+    Also honours the service's own count of its current window (`observe`). `limit` only
+    ever goes down from the configured figure.
     """
 
     def __init__(
@@ -128,7 +135,9 @@ class RateBudget:
         # A service window's edge on `clock` (None: unknown), while its windows are followed.
         self._edge: float | None = None
         self._follow = True
-        self._margin = min(EDGE_MARGIN, self._window / 4)
+        self._opens = min(CLOCK_SKEW, self._window / 4)  # a window is used this long after its edge
+        self._counts = min(EDGE_MARGIN, self._window / 4)  # and counts grants this long before
+        self._measured = 0.0  # the slowest answer seen, from its grant
 
     def __repr__(self) -> str:
         return f"RateBudget({self._limit} per {self._window:g} s)"
@@ -147,6 +156,12 @@ class RateBudget:
         keeping to the sliding log)."""
         with self._lock:
             return None if self._edge is None else self._edge - self._clock() + self._wall()
+
+    @property
+    def count_margin(self) -> float:
+        """Seconds before an edge whose grants the next window counts too (`EDGE_MARGIN`)."""
+        with self._lock:
+            return self._counts
 
     def try_acquire(self) -> float:
         """Take a slot if one is free now and return 0.0; else return the seconds to wait."""
@@ -170,13 +185,17 @@ class RateBudget:
     def _full_for(self, now: float) -> float:
         """With `limit` grants in the log: the seconds until one more may go (<= 0: now)."""
         first = self._grants[0]
+        sliding = first + self._window - now
         if self._edge is None:
-            return first + self._window - now
-        # the window in use: the last edge at least a margin ago, counted from a margin before
-        start = self._edge + (now - self._margin - self._edge) // self._window * self._window
-        if first < start - self._margin:
+            return sliding
+        # the window in use: the last edge at least `_opens` ago, counted from `_counts` before
+        start = self._edge + (now - self._opens - self._edge) // self._window * self._window
+        if first < start - self._counts:
             return 0.0
-        return start + self._window + self._margin - now
+        # either rule keeps each of the service's windows within the limit, so whichever
+        # frees a slot first: a burst across an edge is counted in both windows, where the
+        # sliding log may free it sooner
+        return min(sliding, start + self._window + self._opens - now)
 
     def acquire(self) -> float:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
@@ -203,8 +222,9 @@ class RateBudget:
                 self._limit, self._window = requests, float(per_seconds)
                 self._grants = deque(self._grants, maxlen=requests)
 
-    def observe(self, headers: Mapping[str, str]) -> None:
-        """Adapt to a response's `X-RateLimit-Limit/Remaining/Reset` (case-insensitive).
+    def observe(self, headers: Mapping[str, str], elapsed: float | None = None) -> None:
+        """Adapt to a response's `X-RateLimit-Limit/Remaining/Reset` (case-insensitive), and
+        to its time from the request's grant (`elapsed` seconds, when measured).
 
         A lower limit than ours is adopted; `Remaining` before `Reset` caps further grants in
         the service's current window. Malformed or missing headers are ignored.
@@ -216,6 +236,9 @@ class RateBudget:
         with self._lock:
             if limit is not None and limit >= 1:
                 self._set_limit(int(limit))
+            if elapsed is not None and elapsed >= 0:
+                self._measured = max(self._measured, elapsed)
+                self._counts = min(EDGE_MARGIN, self._window / 4, CLOCK_SKEW + self._measured)
             if reset is not None and reset > wall_now and self._follow:
                 self._edge = self._clock() + min(reset - wall_now, self._max_pause)
             if remaining is None or reset is None or reset <= wall_now:
