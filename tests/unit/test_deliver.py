@@ -130,10 +130,26 @@ def test_each_answer_is_timed_from_its_grant_for_the_budgets_count_margin() -> N
 
     d = Deliverer(httpx.MockTransport(answer), KEY, budgets, base_url=BASE, sleep=clock.sleep,
                   clock=clock.monotonic, wall=clock.time)
+    budget = budgets.budget(BASE, "users_track", requests=1, per_seconds=3)
+    d.send(make_request())
+    d.send(make_request())  # waits for a slot first: not part of the answer's time
+    assert clock.slept
+    assert budget.count_margin == pytest.approx(CLOCK_SKEW + 0.03)
+    assert budget.service_edge is not None
+
+
+def test_a_429_whose_reset_has_passed_ends_the_following_of_windows(deliverer: Factory) -> None:
+    clock = FakeClock(start=0.0)
+    budgets = RateBudgets(clock=clock.monotonic, wall=clock.time, sleep=clock.sleep)
+    d, _, _ = deliverer(
+        reply(201, {"message": "success"}, X_RateLimit_Reset=str(int(clock.time()) + 2)),
+        reply(429, {"message": "rate limited"}, X_RateLimit_Reset=str(int(clock.time()) - 1)),
+        OK, clock=clock, budgets=budgets)
     d.send(make_request())
     budget = budgets.budget(BASE, "users_track")
-    assert budget.count_margin == pytest.approx(CLOCK_SKEW + 0.03)
-    assert budget.service_edge == pytest.approx(int(EPOCH) + 2)
+    assert budget.service_edge is not None
+    assert d.send(make_request()).outcome.kind == "ok"
+    assert budget.service_edge is None  # the sliding log alone from now on
 
 
 @pytest.mark.parametrize("header", ["X_RateLimit_Reset", "Retry_After"])

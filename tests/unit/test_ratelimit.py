@@ -207,19 +207,19 @@ def grid_reset(clock: FakeClock, window: float) -> float:
 def test_property_no_window_ever_holds_more_than_the_limit(
     limit: int, window: float, transit: float | None, steps: list[tuple[str, float]]
 ) -> None:
-    """Grants made while the budget keeps to its sliding log (before any reset was seen, and
-    after a pause) leave no span of `window` with more than `limit`; grants made while it
-    follows the service's windows leave none of them with more than `limit` (counting every
-    grant in it, whenever made), wherever the service's edges really are: up to the clock
-    skew later than the reset says, or up to the count margin earlier (a request counted
-    that long after its grant is the same)."""
+    """Grants made while the budget keeps to its sliding log (before any reset was seen, after
+    a pause, after an answer too slow) leave no span of `window` with more than `limit`. Of
+    the service's windows whose last grant was made while it followed them, none holds more
+    than `limit`, wherever the service's edges are (up to the clock skew after ours, or up to
+    the count margin before) and however long each request takes to be counted (from nothing
+    to the count margin less the service's lead)."""
     clock = FakeClock(start=12345.678)
     b = budget(clock, limit, window)
-    opens = min(CLOCK_SKEW, window / 4)
-    counts = min(EDGE_MARGIN, window / 4, CLOCK_SKEW + (transit if transit is not None else 1))
+    widest = min(EDGE_MARGIN, window / 4)
+    counts = widest if transit is None else CLOCK_SKEW + transit
     times: list[float] = []
     following: list[bool] = []
-    follows = paused = False
+    follows, ended = False, counts > widest
     for op, arg in steps:
         if op == "acquire":
             times += grants(b, clock, int(arg))
@@ -228,24 +228,25 @@ def test_property_no_window_ever_holds_more_than_the_limit(
             clock.advance(arg)
         elif op == "pause":
             b.pause_until(clock.time() + arg)
-            follows, paused = False, True
+            follows, ended = False, True
         else:
             b.observe({"X-RateLimit-Remaining": str(int(arg)),
                        "X-RateLimit-Reset": str(grid_reset(clock, window))}, transit)
-            follows = not paused
+            follows = not ended
     assert times == sorted(times)
     for j in range(limit, len(times)):
         if not following[j]:
             assert times[j] - times[j - limit] >= window - 1e-9
     eps = 1e-6  # the fake clock's epoch readings round in the last digits
-    for off in (-0.99 * counts, -0.5 * counts, 0.0, 0.5 * opens, 0.99 * opens):
-        for j, t in enumerate(times):
-            if not following[j]:
-                continue
-            k = math.floor((EPOCH + t - off) / window)  # the service's window that holds j
-            start = k * window - EPOCH + off - eps
-            held = sum(1 for u in times[:j + 1] if u >= start)
-            assert held <= limit, (off, j, held)
+    for off in (-0.99 * counts, -0.5 * counts, 0.0, 0.5 * CLOCK_SKEW, 0.99 * CLOCK_SKEW):
+        slowest = 0.99 * (counts - max(0.0, -off))
+        counted = [t + slowest * ((i * 7) % 5) / 4 for i, t in enumerate(times)]  # 0 to slowest
+        windows: dict[int, list[int]] = {}
+        for i, c in enumerate(counted):
+            windows.setdefault(math.floor((EPOCH + c - off + eps) / window), []).append(i)
+        for k, held in windows.items():
+            if following[max(held)]:
+                assert len(held) <= limit, (off, k, held)
 
 
 def test_after_a_reset_is_seen_a_full_budget_waits_for_the_services_edge_not_a_window() -> None:
@@ -265,16 +266,17 @@ def test_a_grant_within_the_margin_of_an_edge_counts_in_both_windows() -> None:
     clock.advance(0.8)  # 100.8: within the margin before the edge at 101
     assert grants(b, clock, 5) == [pytest.approx(100.8)] * 5
     # the window from 101 holds them too (no answer was timed: the margin is the widest): it
-    # is full until the next opens at 104.05, where the sliding log frees a slot at 103.8
-    assert grants(b, clock, 1) == [pytest.approx(103.8)]
+    # is full until the next opens at 104.05 (the log, over the window and the margin: 104.3)
+    assert grants(b, clock, 1) == [pytest.approx(104.0 + CLOCK_SKEW)]
 
 
 @pytest.mark.parametrize(("answers", "before", "next_grant"), [
     ([0.01], 0.2, 101.0 + CLOCK_SKEW),  # quick answers: counted in the window before only
-    ([0.01, 2.0], 0.2, 103.8),  # one slow answer: the widest margin, counted in both
-    ([2.0, 0.01], 0.2, 103.8),  # the slowest answer seen, not the last
-    ([None], 0.2, 103.8),  # no answer timed: the widest margin
-    ([2.0], 0.6, 101.0 + CLOCK_SKEW),  # never wider than EDGE_MARGIN
+    ([0.2], 0.2, 104.0 + CLOCK_SKEW),  # slower ones: in both
+    ([0.01, 0.2], 0.2, 104.0 + CLOCK_SKEW),  # the slowest answer seen, not the last
+    ([None], 0.2, 104.0 + CLOCK_SKEW),  # no answer timed: the widest margin
+    ([0.01, 2.0], 0.2, 103.8),  # slower than any margin: the sliding log alone from then on
+    ([2.0], 0.6, 103.4),
 ])
 def test_the_count_margin_is_the_skew_plus_the_slowest_answer_timed(
         answers: list[float | None], before: float, next_grant: float) -> None:
@@ -295,6 +297,22 @@ def test_a_window_is_used_only_a_margin_after_its_edge() -> None:
     grants(b, clock, 5)  # at 100.2, a window's worth before the count margin of the edge
     clock.advance(0.82)  # 101.02: past the edge here, perhaps not yet at the service
     assert grants(b, clock, 1) == [pytest.approx(101.0 + CLOCK_SKEW)]
+
+
+def test_windows_shorter_than_four_skews_are_never_followed() -> None:
+    clock = FakeClock()
+    b = budget(clock, 2, 4 * CLOCK_SKEW - 0.01)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 0.05)})  # no answer timed
+    assert b.service_edge is None
+
+
+def test_the_edge_follows_the_last_reset_seen() -> None:
+    clock = FakeClock()
+    b = budget(clock, 5, 3.0)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)}, elapsed=0.01)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 2.0)}, elapsed=0.01)  # a grid moved
+    grants(b, clock, 5)
+    assert grants(b, clock, 1) == [pytest.approx(102.0 + CLOCK_SKEW)]
 
 
 def test_a_429_turns_the_budget_back_to_its_sliding_log() -> None:

@@ -292,8 +292,9 @@ class Deliverer:
         if outcome.status == 429:
             reset = parse_reset(headers, now)
             floor = max(floor, reset - now) if reset is not None else floor
-            if floor > 0:
-                budget.pause_until(now + floor)  # everyone sharing the budget waits, not just us
+            # everyone sharing the budget waits, not just us; and it keeps to its sliding log
+            # from now on, even when the reset has passed (an edge misjudged)
+            budget.pause_until(now + floor)
         return floor
 
     def _budget(self, group: str) -> RateBudget:

@@ -42,12 +42,13 @@ RETRY_AFTER = "retry-after"
 _MIN_WAIT = 1e-6  # so a float clock always moves forward past the instant it waits for
 CLOCK_SKEW = 0.05
 """Seconds this machine's clock may be off the service's (the reset is read against it; NTP
-keeps two hosts within milliseconds). A window is used only this long after its edge."""
+keeps two hosts within milliseconds). A window is used only this long after its edge, and
+windows shorter than four times this are never followed."""
 EDGE_MARGIN = 0.5
-"""The most seconds a grant before an edge may take to be counted by the service (its time on
-the way and the skew): a grant this close before an edge counts in the next window too. Until
-an answer's time was measured the margin is this; then the clock skew plus the slowest answer
-seen, never more than this."""
+"""The count margin at most: a grant this close before an edge counts in the next window too,
+as the service may count it there. It is the clock skew plus the slowest answer seen (its time
+from the grant bounds the time to be counted); until an answer was timed, this or a quarter
+window. An answer slower than that allows ends the following of windows."""
 _EPOCH_2001 = 1e9  # a reset below this is a number of seconds from now, not an epoch
 
 
@@ -97,16 +98,19 @@ class RateBudget:
     """At most `limit` grants in any `per_seconds` span, or, once the service gave a window's
     end, in each of its windows; thread-safe.
 
-    Invariants: until a reset was observed, and for good after any pause (a 429: the edges were
-    not where the headers put them, or others share the workspace's windows), no span of
-    `per_seconds` holds more than `limit` grants (the sliding log). While following the
-    service's windows (edges at the last reset seen plus whole `per_seconds`), a grant is
-    made when the sliding log allows it or when fewer than `limit` grants were made since the
-    count margin (`EDGE_MARGIN` at most) before the last edge at least `CLOCK_SKEW` ago;
-    either way, each of the service's windows holds at most `limit` when it counts a grant
-    less than the count margin after it was made and its clock is within `CLOCK_SKEW` of ours.
-    Also honours the service's own count of its current window (`observe`). `limit` only
-    ever goes down from the configured figure.
+    Invariants: until a reset was observed, and for good after a 429 (`pause_until`: the edges
+    were not where the headers put them, or others share the workspace's windows) or an answer
+    slower than the count margin allows, no span of `per_seconds` holds more than `limit`
+    grants (the sliding log). While following the service's windows (edges at the last reset
+    seen plus whole `per_seconds`), a grant is made when fewer than `limit` grants were made
+    in the `per_seconds` plus the count margin before it, or since the count margin before the
+    last edge at least `CLOCK_SKEW` ago. Either way each of the service's windows holds at
+    most `limit` when its edges come at most `CLOCK_SKEW` after ours, and the service counts
+    each request after its grant within the count margin less the service's lead on our edge.
+    The margin comes from answers already timed, so a request slower than all before it can
+    still be counted in the next window: the 429 that may follow ends the following. Also
+    honours the service's own count of its current window (`observe`). `limit` only ever
+    goes down from the configured figure.
     """
 
     def __init__(
@@ -134,9 +138,9 @@ class RateBudget:
         self._server_left = 0
         # A service window's edge on `clock` (None: unknown), while its windows are followed.
         self._edge: float | None = None
-        self._follow = True
-        self._opens = min(CLOCK_SKEW, self._window / 4)  # a window is used this long after its edge
-        self._counts = min(EDGE_MARGIN, self._window / 4)  # and counts grants this long before
+        self._follow = self._window >= 4 * CLOCK_SKEW
+        self._widest = min(EDGE_MARGIN, self._window / 4)  # the count margin at most
+        self._counts = self._widest  # grants this long before an edge count in its window
         self._measured = 0.0  # the slowest answer seen, from its grant
 
     def __repr__(self) -> str:
@@ -185,17 +189,17 @@ class RateBudget:
     def _full_for(self, now: float) -> float:
         """With `limit` grants in the log: the seconds until one more may go (<= 0: now)."""
         first = self._grants[0]
-        sliding = first + self._window - now
         if self._edge is None:
-            return sliding
-        # the window in use: the last edge at least `_opens` ago, counted from `_counts` before
-        start = self._edge + (now - self._opens - self._edge) // self._window * self._window
+            return first + self._window - now
+        # the window in use: the last edge at least the skew ago, counted from `_counts` before
+        start = self._edge + (now - CLOCK_SKEW - self._edge) // self._window * self._window
         if first < start - self._counts:
             return 0.0
         # either rule keeps each of the service's windows within the limit, so whichever
-        # frees a slot first: a burst across an edge is counted in both windows, where the
-        # sliding log may free it sooner
-        return min(sliding, start + self._window + self._opens - now)
+        # frees a slot first: a burst across an edge is counted in both windows, where the log
+        # (over a window and the margin, as requests may take more or less time) frees sooner
+        return min(first + self._window + self._counts - now,
+                   max(start + self._window + CLOCK_SKEW - now, _MIN_WAIT))
 
     def acquire(self) -> float:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
@@ -238,9 +242,11 @@ class RateBudget:
                 self._set_limit(int(limit))
             if elapsed is not None and elapsed >= 0:
                 self._measured = max(self._measured, elapsed)
-                self._counts = min(EDGE_MARGIN, self._window / 4, CLOCK_SKEW + self._measured)
+                self._counts = CLOCK_SKEW + self._measured
+                if self._counts > self._widest:  # too slow for windows this short
+                    self._follow, self._edge = False, None
             if reset is not None and reset > wall_now and self._follow:
-                self._edge = self._clock() + min(reset - wall_now, self._max_pause)
+                self._edge = self._clock() + reset - wall_now
             if remaining is None or reset is None or reset <= wall_now:
                 return
             left = int(remaining)
