@@ -6,8 +6,9 @@ fixed-window service's windows, which it answers with 429). Once the service's a
 where its windows end (`X-RateLimit-Reset`), it also grants `limit` in each of those windows,
 as the service counts them: a sliding log alone waits a whole window after a burst, where the
 service's window may be about to end. It tightens itself from the service's `X-RateLimit-*`
-headers and stops everyone until `X-RateLimit-Reset` after a 429, and from then on keeps to
-the sliding log.
+headers; after a 429 the deliverer pauses it (`pause_until`: everyone sharing it waits for the
+reset or Retry-After), and from then on it keeps to the sliding log, as after an answer too slow
+for its margin.
 
 Times: `clock` is monotonic (intervals), `wall` is epoch seconds (the service's reset times);
 both and `sleep` are injectable so tests never sleep.
@@ -109,7 +110,7 @@ class RateBudget:
     each request after its grant within the count margin less the service's lead on our edge.
     The margin comes from answers already timed, so a request slower than all before it can
     still be counted in the next window: the 429 that may follow ends the following. Also
-    honours the service's own count of its current window (`observe`). `limit` only ever
+    honours the service's own count of its current window (`observe`). Its rate only ever
     goes down from the configured figure.
     """
 
