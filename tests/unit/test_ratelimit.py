@@ -306,6 +306,16 @@ def test_windows_shorter_than_four_skews_are_never_followed() -> None:
     assert b.service_edge is None
 
 
+def test_a_window_tightened_below_four_skews_ends_the_following() -> None:
+    clock = FakeClock()
+    b = budget(clock, 60, 3.0)
+    b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)}, elapsed=0.01)
+    b.tighten(15, 1.0)  # a slower rate, a window still followed
+    assert b.service_edge is not None and b.count_margin == pytest.approx(CLOCK_SKEW + 0.01)
+    b.tighten(2, 4 * CLOCK_SKEW - 0.01)  # slower again, in windows too short to follow
+    assert (b.limit, b.service_edge) == (2, None)
+
+
 def test_the_edge_follows_the_last_reset_seen() -> None:
     clock = FakeClock()
     b = budget(clock, 5, 3.0)

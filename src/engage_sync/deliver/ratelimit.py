@@ -139,10 +139,9 @@ class RateBudget:
         self._server_left = 0
         # A service window's edge on `clock` (None: unknown), while its windows are followed.
         self._edge: float | None = None
-        self._follow = self._window >= 4 * CLOCK_SKEW
-        self._widest = min(EDGE_MARGIN, self._window / 4)  # the count margin at most
-        self._counts = self._widest  # grants this long before an edge count in its window
-        self._measured = 0.0  # the slowest answer seen, from its grant
+        self._follow = True
+        self._measured: float | None = None  # the slowest answer seen, from its grant
+        self._refit()
 
     def __repr__(self) -> str:
         return f"RateBudget({self._limit} per {self._window:g} s)"
@@ -202,6 +201,14 @@ class RateBudget:
         return min(first + self._window + self._counts - now,
                    max(start + self._window + CLOCK_SKEW - now, _MIN_WAIT))
 
+    def _refit(self) -> None:
+        """The count margin for the current window and answers (`_counts`, at most `_widest`);
+        a window too short, or an answer too slow, for the margin ends the following."""
+        self._widest = min(EDGE_MARGIN, self._window / 4)
+        self._counts = self._widest if self._measured is None else CLOCK_SKEW + self._measured
+        if self._window < 4 * CLOCK_SKEW or self._counts > self._widest:
+            self._follow, self._edge = False, None
+
     def acquire(self) -> float:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
         waited = 0.0
@@ -226,6 +233,7 @@ class RateBudget:
             if requests / per_seconds < self._limit / self._window:
                 self._limit, self._window = requests, float(per_seconds)
                 self._grants = deque(self._grants, maxlen=requests)
+                self._refit()
 
     def observe(self, headers: Mapping[str, str], elapsed: float | None = None) -> None:
         """Adapt to a response's `X-RateLimit-Limit/Remaining/Reset` (case-insensitive), and
@@ -242,10 +250,8 @@ class RateBudget:
             if limit is not None and limit >= 1:
                 self._set_limit(int(limit))
             if elapsed is not None and elapsed >= 0:
-                self._measured = max(self._measured, elapsed)
-                self._counts = CLOCK_SKEW + self._measured
-                if self._counts > self._widest:  # too slow for windows this short
-                    self._follow, self._edge = False, None
+                self._measured = max(self._measured or 0.0, elapsed)
+                self._refit()
             if reset is not None and reset > wall_now and self._follow:
                 self._edge = self._clock() + reset - wall_now
             if remaining is None or reset is None or reset <= wall_now:
