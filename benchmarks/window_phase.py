@@ -41,8 +41,7 @@ def span(phase: float, follow: bool, requests: int, rate: float, answer: float,
         if first is None:
             first = now
         if follow and i == 0:  # the first answer gives the window's end
-            end = (clock.time() // window + 1) * window
-            budget.observe({"X-RateLimit-Reset": repr(end)}, answer)
+            budget.observe({"X-RateLimit-Reset": repr(clock.window_end(window))}, answer)
         clock.advance(1 / rate)
     assert first is not None
     return clock.monotonic() - first - 1 / rate

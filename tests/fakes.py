@@ -28,5 +28,10 @@ class FakeClock:
             self.slept.append(float(seconds))
             self.t += float(seconds)
 
+    def window_end(self, window: float) -> float:
+        """The end of the current fixed window of `window` seconds, as the sandbox's windows
+        put it (and its `X-RateLimit-Reset`): the next multiple of `window` in epoch seconds."""
+        return (self.time() // window + 1) * window
+
     def advance(self, seconds: float) -> None:
         self.t += seconds

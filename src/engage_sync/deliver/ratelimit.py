@@ -202,12 +202,16 @@ class RateBudget:
                    max(start + self._window + CLOCK_SKEW - now, _MIN_WAIT))
 
     def _refit(self) -> None:
-        """The count margin for the current window and answers (`_counts`, at most `_widest`);
-        a window too short, or an answer too slow, for the margin ends the following."""
-        self._widest = min(EDGE_MARGIN, self._window / 4)
-        self._counts = self._widest if self._measured is None else CLOCK_SKEW + self._measured
-        if self._window < 4 * CLOCK_SKEW or self._counts > self._widest:
-            self._follow, self._edge = False, None
+        """The count margin for the current window and answers (`_counts`); a window too
+        short, or an answer too slow, for the widest margin it allows ends the following."""
+        widest = min(EDGE_MARGIN, self._window / 4)
+        self._counts = widest if self._measured is None else CLOCK_SKEW + self._measured
+        if self._window < 4 * CLOCK_SKEW or self._counts > widest:
+            self._unfollow()
+
+    def _unfollow(self) -> None:
+        """The sliding log alone, for good: no edge is followed again."""
+        self._follow, self._edge = False, None
 
     def acquire(self) -> float:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
@@ -223,7 +227,7 @@ class RateBudget:
             now = self._clock()
             delay = min(reset_epoch - self._wall(), self._max_pause)
             self._paused_until = max(self._paused_until, now + delay)
-            self._follow, self._edge = False, None  # the sliding log from now on
+            self._unfollow()
 
     def tighten(self, requests: int, per_seconds: float) -> None:
         """Adopt `requests` per `per_seconds` if that rate is lower than the current one."""
