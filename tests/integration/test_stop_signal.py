@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -22,22 +23,39 @@ with stop_on_sigterm() as stop:
 """
 
 
-def _signalled(mode: str) -> tuple[int, str, float]:
-    proc = subprocess.Popen([sys.executable, "-c", STUCK, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-    try:
-        proc.send_signal(signal.SIGTERM)
-        signalled = time.monotonic()
-        _, err = proc.communicate(timeout=20)
-    finally:
-        proc.kill()  # the process has ended, unless the test fails
-    return proc.returncode, err.decode(), time.monotonic() - signalled
+def _signals(pid: int) -> str:
+    """The child's signal masks (blocked, ignored, caught, pending), for a failure's message."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return " ".join(x for x in lines if x.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd",
+                                                      "ShdPnd", "Threads")))
+
+
+def _signalled(mode: str, tmp_path: Path) -> tuple[int, str, float]:
+    """Exit code, stderr and seconds from SIGTERM to the end. The end is the process's, not its
+    pipes' (a process forked meanwhile by another thread could hold a pipe open): stderr goes to
+    a file."""
+    with (tmp_path / "stderr").open("w+b") as err:
+        proc = subprocess.Popen([sys.executable, "-c", STUCK, mode], stdout=subprocess.PIPE,
+                                stderr=err)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            proc.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"alive 20 s after SIGTERM: {_signals(proc.pid)}")
+        finally:
+            proc.kill()  # the process has ended, unless the test fails
+            proc.stdout.close()
+        err.seek(0)
+        return proc.returncode, err.read().decode(), time.monotonic() - signalled
 
 
 @pytest.mark.parametrize(("mode", "code"), [("armed", 143), ("not armed", -signal.SIGTERM)])
-def test_sigterm_ends_the_process_within_its_grace(mode: str, code: int) -> None:
-    returncode, err, seconds = _signalled(mode)
+def test_sigterm_ends_the_process_within_its_grace(mode: str, code: int, tmp_path: Path
+                                                   ) -> None:
+    returncode, err, seconds = _signalled(mode, tmp_path)
     assert returncode == code, err
     assert seconds < 5  # not the 30 s sleep
     if mode == "armed":
