@@ -11,6 +11,12 @@ Per case it builds (or reuses) a DuckDB warehouse of N rows, starts the lean san
 runs the command `--runs` times (alternating the two paths) with a fresh state database and
 Prefect home each time, and reports:
 
+(With the service's limit, run k of R starts (k + 0.5) / R of the way into one of the
+sandbox's 3-s windows, for every path (`start_phase_s`): where a run's requests fall in the
+windows moves its stream by up to 1.9 s (`window_phase.py`), and runs started at a steady pace
+sample the same few phases; spread evenly, their median stands for a run started at random.)
+
+
 - rows/s over the whole process (imports, a temporary Prefect server if any, the sync, exit);
 - the peak RSS of every process of the command's tree (the CLI, a temporary Prefect server),
   sampled from /proc every 50 ms, and their sum at its peak;
@@ -70,12 +76,15 @@ from pipeline_throughput import (
     warehouse_rows,
 )
 
+from engage_sync.deliver.ratelimit import DEFAULT_RATES
+from engage_sync.pack.request import USERS_TRACK
 from tests.pg_server import PostgresServer
 from tests.prefect.conftest import _stop as stop_server
 from tests.prefect.conftest import start_prefect_server
 
 BIN = Path(sys.executable).parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
+WINDOW = DEFAULT_RATES[USERS_TRACK][1]  # the sandbox's windows: epoch multiples of it
 EVENTS_TABLE = "EVENTS_SYNC"
 
 # Leaf frames where a thread waits (for the service's answer, a lock, a pool slot): not CPU.
@@ -249,7 +258,8 @@ def code_of(revision: str, workdir: Path) -> Path:
 def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             profile: Path | None, served: tuple[str, Path] | None = None,
             dlt: tuple[str, Path] | None = None, state_url: str | None = None,
-            sink_pid: int | None = None, before: Path | None = None) -> dict[str, Any]:
+            sink_pid: int | None = None, before: Path | None = None,
+            phase: float | None = None) -> dict[str, Any]:
     """One command, timed whole. `served`: (API URL, PREFECT_HOME) of a running Prefect
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
@@ -257,7 +267,8 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     fresh SQLite file). A path ending in `+pin` is that path with ENGAGE_SYNC_PIN_CPU=auto
     (the run's process on one CPU, its field helper on the others; README "One CPU for the
     run"), in `+off` with it `off`; the other paths run with it unset, the default. A path
-    ending in `@before` runs the code in `before` (`code_of`)."""
+    ending in `@before` runs the code in `before` (`code_of`). `phase`: the command starts
+    this many seconds into one of the sandbox's windows (None: at once)."""
     name = path
     old = path.endswith(BEFORE)
     path, pin = base_path(path), pin_of(path)
@@ -293,6 +304,8 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
         cmd = [str(BIN / "py-spy"), "record", "--format", "raw", "--rate", "50", "--threads",
                "--output", str(profile), "--", *cmd]
     httpx.post(f"{base_url}/_sandbox/reset", timeout=30).raise_for_status()
+    if phase is not None:
+        time.sleep((phase - time.time()) % WINDOW)
     started, started_wall = time.perf_counter(), time.time()
     cpu_before, sink_before = _children_cpu(), _process_cpu(sink_pid)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -331,7 +344,8 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
             "sink_cpu_s": round(sink_cpu, 1),
             # the CLI's own threads, by name (/proc/PID/task; a thread that ended after the
             # last 50 ms sample is counted as last seen)
-            "thread_cpu_s": sampler.thread_cpu(), "timeline_s": timeline}
+            "thread_cpu_s": sampler.thread_cpu(), "timeline_s": timeline,
+            "start_phase_s": None if phase is None else round(started_wall % WINDOW, 3)}
 
 
 def request_timeline(base_url: str, started: float, wall: float) -> dict[str, float]:
@@ -460,12 +474,13 @@ def main() -> int:
                   for _ in range(args.neighbours)]
     try:
         for k in range(args.runs):
+            phase = None if args.no_rate_limits else (k + 0.5) * WINDOW / args.runs
             for path in paths:
                 prof = workdir / f"{path}.prof.txt" if args.profile and k == args.runs - 1 \
                     else None
                 r = one_run(path, integration, workdir, base_url, prof, served,
                             (args.dlt_python, warehouse), pg.url if pg is not None else None,
-                            sandbox.pid, before)
+                            sandbox.pid, before, phase)
                 if prof is not None:
                     r["breakdown_pct"] = breakdown(prof)
                 results.append(r)
