@@ -7,6 +7,10 @@ its variants, each on a fresh state file with another connection open (as the ru
   first 20,000 objects, folded at its close before the helper stores);
 - `among others`: two other integrations' records of `--others` users each, before and
   after this one's in key order (a state database several integrations share);
+- `the run's N logged`: the run's own first `--folded` users in the state's field log, as a
+  first run leaves them at its close; timed with what it costs to write them too: `folded
+  first` (the run's fold, then the store: the end until the fourteenth session, and still on
+  PostgreSQL) or `in the pass` (the store takes them in its one sorted pass, `with_log`);
 - `sorted source`: the helper's table already in key order (a WITHOUT ROWID table keyed
   (user_key, rowid)): no sort at the end, paid for by appending in key order during the run,
   whose CPU the `append` lines give (8 MB of page cache, as the helper has);
@@ -113,6 +117,20 @@ def _store(state: str, helper: str, pieces: dict[str, list[float]] | None) -> fl
     return time.perf_counter() - start
 
 
+def with_log(state: str, helper: str, in_pass: bool) -> float:
+    """The end with the run's deltas still logged: its fold then the store, or the store
+    taking them in its pass (`in_pass`); the run's connection open meanwhile."""
+    with run_connection(state):
+        start = time.perf_counter()
+        if not in_pass:
+            store = StateStore.from_url(f"sqlite:///{state}")
+            store.fold_fields(INTEGRATION)
+            store.engine.dispose()
+        fss.store_sqlite_file(state, INTEGRATION, helper, "log", with_log=in_pass,
+                              threads=fss.sorter_threads(fss.usable_cpus()))
+        return time.perf_counter() - start
+
+
 def deferred(state: str, helper: str) -> tuple[float, float]:
     """The `deferred` design: (the end's append to the log, the next open's fold), seconds."""
     with run_connection(state):
@@ -161,6 +179,11 @@ def main() -> None:
             db.executemany("INSERT INTO engage_fields VALUES (?, ?, ?)",
                            [(INTEGRATION, k, d) for k, d in folded])
 
+        def logged(db: sqlite3.Connection) -> None:
+            db.executemany("INSERT INTO engage_field_log (integration, user_key, fresh, "
+                           "digests) VALUES (?, ?, 1, ?)",
+                           [(INTEGRATION, k, d) for k, d in folded])
+
         def around(db: sqlite3.Connection) -> None:
             for name, part in (("a_before", others[:args.others]),
                                ("z_after", others[args.others:])):
@@ -176,9 +199,14 @@ def main() -> None:
         took: dict[str, list[float]] = {name: [] for name in cases}
         pieces: dict[str, list[float]] = {}
         later: dict[str, list[float]] = {"appended to the log": [], "the next open's fold": []}
+        ends = {f"the run's {args.folded:,} logged, folded first": False,
+                f"the run's {args.folded:,} logged, in the pass": True}
+        ended: dict[str, list[float]] = {name: [] for name in ends}
         for _ in range(args.runs):  # alternating, so that every case sees the same machine
             for name, (fill, helper) in cases.items():
                 took[name].append(store(state_file(work, fill), helper))
+            for name, in_pass in ends.items():
+                ended[name].append(with_log(state_file(work, logged), plain, in_pass))
             store(state_file(work, lambda db: None), plain, pieces)
             for name, value in zip(later, deferred(state_file(work, lambda db: None), plain),
                                    strict=True):
@@ -188,6 +216,9 @@ def main() -> None:
             print(f"  {name}: {cpu:.2f} CPU s over the run")
         for name, values in took.items():
             print(f"  store, {name}: {statistics.median(values):.2f} s "
+                  f"({' / '.join(f'{v:.2f}' for v in values)})")
+        for name, values in ended.items():
+            print(f"  end, {name}: {statistics.median(values):.2f} s "
                   f"({' / '.join(f'{v:.2f}' for v in values)})")
         for name, values in later.items():
             print(f"  deferred, fresh: {name} {statistics.median(values):.2f} s "

@@ -310,3 +310,90 @@ def test_the_helpers_records_are_written_the_same_sorted_by_more_threads(
             f"SELECT user_key, digests FROM {FIELDS_TABLE} WHERE integration = ?",
             (INTEGRATION,)).all())
     assert written == len(rows) and got == dict(rows)  # a later row of a key wins
+
+
+def test_a_sqlite_helpers_write_takes_the_runs_fresh_deltas_in_its_sorted_pass(
+        tmp_path: Path) -> None:
+    """`store_sqlite_file(with_log=True)`: the integration's fresh logged deltas are written
+    with the helper's records (a user's last delta wins) and leave the log in the same
+    transaction; its merge deltas, and another integration's deltas, stay for a fold."""
+    import os
+    import sqlite3
+
+    from engage_sync.state.field_store_sql import FIELDS_TABLE, store_sqlite_file
+
+    state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+    logged, merged, helped = os.urandom(16), os.urandom(16), os.urandom(16)
+    first, last, unknown, other, kept = (os.urandom(24) for _ in range(5))
+    with state.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO engage_field_log (integration, user_key, fresh, digests) VALUES "
+            "(?, ?, ?, ?)", [(INTEGRATION, logged, True, first), (INTEGRATION, merged, False,
+                             unknown), ("other", helped, True, other),
+                             (INTEGRATION, logged, True, last)])
+    log = tmp_path / "log.db"
+    db = sqlite3.connect(log)
+    db.execute("CREATE TABLE log (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
+    db.execute("INSERT INTO log VALUES (?, ?)", (helped, kept))
+    db.commit()
+    db.close()
+    written = store_sqlite_file(str(tmp_path / "state.db"), INTEGRATION, str(log), "log",
+                                with_log=True)
+    with state.engine.connect() as conn:
+        got = dict(conn.exec_driver_sql(
+            f"SELECT user_key, digests FROM {FIELDS_TABLE} WHERE integration = ?",
+            (INTEGRATION,)).all())
+        left = conn.exec_driver_sql(
+            "SELECT integration, user_key FROM engage_field_log ORDER BY seq").all()
+    assert written == 3 and got == {logged: last, helped: kept}
+    assert [tuple(r) for r in left] == [(INTEGRATION, merged), ("other", helped)]
+
+
+def test_the_runs_unknowns_are_applied_over_its_record_after_the_helpers_write(
+    store: StateStore
+) -> None:
+    """A user the run digested itself (before its helper started), acknowledged, then in
+    doubt: at close its record is its acknowledged object with every attribute of the one in
+    doubt unknown, whether the helper's write took the run's fresh deltas (a SQLite file) or
+    the run folded them before it (PostgreSQL); the log ends empty."""
+    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
+    differ.open()
+    first: list[Any] = [_item(0, "free")]
+    rest: list[Any] = [_item(1, "free")]
+    differ.apply(first)
+    differ.apply(rest)
+    assert differ.helper is not None and differ.helper.takes_log == (
+        store.engine.dialect.name == "sqlite")
+    store.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
+    differ.settled(first + rest, [], first + rest)
+    later: list[Any] = [_item(0, "gold")]
+    differ.apply(later)
+    store.settle("r2", INTEGRATION, [], acked_fields=[
+        (later[0].user, field_record.unknown_fields(later[0].fields))])
+    differ.settled([], later, later)
+    differ.close()
+    assert _logged(store) == 0
+    assert _record(store) == {
+        field_codec.user_key(first[0].user): dict.fromkeys(_whole(first[0]),
+                                                           field_record.UNKNOWN),
+        field_codec.user_key(rest[0].user): _whole(rest[0])}
+
+
+def test_on_a_sqlite_file_the_helpers_write_takes_the_runs_fresh_deltas(
+    store: StateStore
+) -> None:
+    """A SQLite file: the helper's write takes the run's fresh logged deltas into its pass, so
+    the run folds nothing before it; PostgreSQL: the run's fold writes them (before, or
+    after: their users are none of the helper's), the helper leaves the log alone."""
+    own, handed = _item(0, "free"), _item(1, "free")
+    helper = _helper(store)
+    fields = field_record.FRESH + field_diff.whole_encoded(own.user, own.blob)
+    store.settle("r1", INTEGRATION, [], acked_fields=[(own.user, fields)])
+    _hand(helper, [handed])
+    helper.finish()
+    took = store.engine.dialect.name == "sqlite"
+    assert helper.takes_log is took and _logged(store) == (0 if took else 1)
+    want = {field_codec.user_key(handed.user): _whole(handed)}
+    if took:
+        want[field_codec.user_key(own.user)] = _whole(own)
+    assert _record(store) == want

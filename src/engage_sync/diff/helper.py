@@ -9,7 +9,9 @@ the objects the service acknowledged, in settle order; the helper digests them a
 them to a private SQLite file (appending needs only a few pages of cache, where keeping each
 user's record in key order as it came needed the whole table's); at the run's end, after the
 run folded its own log, the helper writes them over the integration's record in one
-transaction, sorted by user in SQLite as they are read (a user's last record wins).
+transaction, sorted by user in SQLite as they are read (a user's last record wins). On a
+SQLite file the run's own fresh deltas go in the same sorted pass instead of a fold before it
+(`takes_log`; `field_store_sql`), and the run folds what is left after it.
 
 Invariants:
 - started only by an unpartitioned run on an empty record whose state database another
@@ -19,8 +21,9 @@ Invariants:
   earlier one: it was acknowledged later), and never a user whose digests the run logged
   itself (`diff.stage`: those users' later objects are logged by the run); and the users
   whose objects ended in doubt (`forget`), of whom it records nothing handed before;
-- it writes to the state database once, after `finish` (so after the run's last settle and
-  its own fold, whose deltas are all older); a run that ends any other way (killed, failed)
+- it writes to the state database once, after `finish` (so after the run's last settle, and
+  the run's own fold or, `takes_log`, with the run's fresh deltas: their users are none of
+  its own, so the order makes no difference); a run that ends any other way (killed, failed)
   records nothing of what the helper kept: a helper whose input ends without `finish` deletes
   its file and exits, and those users are sent whole the next time they are read;
 - the state URL reaches the helper on its standard input, never on its command line, and its
@@ -105,6 +108,8 @@ class FieldHelper:
         from sqlalchemy.engine import make_url
 
         self.integration = integration
+        self.takes_log = state_file is not None
+        """Its write takes the integration's fresh logged deltas too (a SQLite file)."""
         self._secret = make_url(state_url).password
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `stop`
         self._proc = subprocess.Popen(
@@ -324,7 +329,7 @@ def _store(header: dict[str, Any], path: str) -> None:
 
         # every CPU of the run's by now (`release_child`)
         store_sqlite_file(header["file"], header["integration"], path, LOG,
-                          threads=sorter_threads(usable_cpus()))
+                          threads=sorter_threads(usable_cpus()), with_log=True)
         return
     from engage_sync.state.store import StateStore
 

@@ -26,7 +26,8 @@ Invariants:
 - a run on an empty record may hand the digests to a helper process once it has diffed
   `helper_after` items itself (`field_helper`): from then on its items carry no digests and
   the objects the service acknowledged go to the helper after each settle (`acked`); at
-  `close` the run folds its log, then the helper writes its records over it;
+  `close` the helper writes its records over the run's (on a SQLite file its pass takes the
+  run's fresh deltas out of the log: `FieldHelper.takes_log`), and the run folds its log;
 - an object in doubt leaves what it carried unknown: the run logs each of its attributes
   unknown (merged: the user's others stay); the helper forgets what it kept of the user so
   far (no record, unless a later object of the user is acknowledged: sent whole next time);
@@ -89,13 +90,16 @@ class Differ:
         self.blank = not self.state.has_field_record(self.integration)
 
     def close(self) -> None:
-        """After the run's last settlement: fold what it logged, then let its helper, if any,
-        write what it kept (raises SyncError if the helper failed). The helper's write is
-        most of a first run's end (1.4-2 s for 1M users here, 10-11.6 s for 5M): the wait is
-        said when it starts and its time when it ends."""
-        self.state.fold_fields(self.integration)
+        """After the run's last settlement: fold what it logged and let its helper, if any,
+        write what it kept (raises SyncError if the helper failed). Their users are apart, so
+        the helper may take the run's fresh deltas into its sorted pass (`takes_log`), and the
+        fold after it applies what is left (an object in doubt's unknowns). The helper's write
+        is most of a first run's end (1.4-2 s for 1M users here, 10-11.6 s for 5M): the wait
+        is said when it starts and its time when it ends."""
         helper, self.helper = self.helper, None
-        if helper is not None:  # its users are none of those the run logged
+        if helper is None or not helper.takes_log:
+            self.state.fold_fields(self.integration)
+        if helper is not None:
             log.info("integration %s: every request answered; the run ends once the helper "
                      "has written the field record of the %s objects it was handed",
                      self.integration, f"{helper.handed:,}")
@@ -103,6 +107,8 @@ class Differ:
             helper.finish()
             log.info("integration %s: the helper wrote the field record of this first run "
                      "in %.2f s", self.integration, time.monotonic() - started)
+            if helper.takes_log:
+                self.state.fold_fields(self.integration)
         self.logged.clear()
         self.blank = False
 

@@ -4,7 +4,11 @@ SQLite state database with the standard library alone (no SQLAlchemy: half a sec
 and of the run's end). No import but the standard library's.
 
 The table holds (user_key, digests) appended in the order they were acknowledged; the rows are
-written sorted by key, then by rowid, so that the last of a user's records wins."""
+written sorted by key, then by rowid, so that the last of a user's records wins. On a first run
+the integration's fresh deltas in the state's field log (the run's own users, none of the
+helper's) may go in the same sorted pass (`with_log`): the record is then written in one pass
+into an empty range of its B-tree, where after a fold of them every page would be split
+anew (1M records after 20,000 folded: 1.26 s against 1.03, `helper_store.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 FIELDS_TABLE = "engage_fields"  # the name `state.schema.fields` is declared with
+FIELD_LOG_TABLE = "engage_field_log"  # and `state.schema.field_log`
 BUSY_MS = 30_000  # every state connection waits this long for a lock (`schema.sqlite_pragmas`)
 SYNCHRONOUS = "NORMAL"  # and syncs at this level (WAL: at checkpoints, not every commit)
 SECURE_DELETE = "FAST"
@@ -33,10 +38,18 @@ def tune(execute: Callable[[str], Any]) -> None:
         execute(f"PRAGMA {pragma}")
 
 
-def store_attached_sql(schema: str, table: str) -> str:
-    """The one statement (its parameter: the integration)."""
+def store_attached_sql(schema: str, table: str, with_log: bool = False) -> str:
+    """The one statement (its parameter: the integration; twice `with_log`: with the
+    integration's fresh deltas of the main database's field log, each user's last)."""
+    source = f"{schema}.{table}"
+    order = "user_key, rowid"
+    if with_log:
+        source = (f"(SELECT user_key, 0 AS part, seq AS n, digests FROM main.{FIELD_LOG_TABLE} "
+                  f"WHERE integration = ? AND fresh UNION ALL SELECT user_key, 1, rowid, "
+                  f"digests FROM {source})")
+        order = "user_key, part, n"
     return (f"INSERT INTO {FIELDS_TABLE} (integration, user_key, digests) SELECT ?, user_key, "
-            f"digests FROM {schema}.{table} WHERE true ORDER BY user_key, rowid "
+            f"digests FROM {source} WHERE true ORDER BY {order} "
             "ON CONFLICT (integration, user_key) DO UPDATE SET digests = excluded.digests")
 
 
@@ -66,10 +79,12 @@ def sorter_threads(cpus: int) -> int:
 
 
 def store_sqlite_file(state_file: str, integration: str, path: str, table: str,
-                      threads: int = 0) -> int:
+                      threads: int = 0, with_log: bool = False) -> int:
     """The records of `table` in the SQLite file `path` over the integration's record in the
     SQLite state database `state_file` (already created, in WAL mode), in one transaction,
-    sorted with `threads` more threads (`sorter_threads`); returns how many were written."""
+    sorted with `threads` more threads (`sorter_threads`); `with_log`: the integration's fresh
+    logged deltas too, taken out of the log (its merge deltas stay, for a fold on top).
+    Returns how many were written."""
     db = sqlite3.connect(state_file, isolation_level=None)
     try:
         tune(db.execute)
@@ -77,7 +92,11 @@ def store_sqlite_file(state_file: str, integration: str, path: str, table: str,
         db.execute("ATTACH DATABASE ? AS helper", (path,))
         db.execute("BEGIN IMMEDIATE")
         try:
-            written = db.execute(store_attached_sql("helper", table), (integration,)).rowcount
+            written = db.execute(store_attached_sql("helper", table, with_log),
+                                 (integration,) * (1 + with_log)).rowcount
+            if with_log:
+                db.execute(f"DELETE FROM {FIELD_LOG_TABLE} WHERE integration = ? AND fresh",
+                           (integration,))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
