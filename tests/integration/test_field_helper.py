@@ -315,22 +315,26 @@ def test_the_helpers_records_are_written_the_same_sorted_by_more_threads(
 def test_a_sqlite_helpers_write_takes_the_runs_fresh_deltas_in_its_sorted_pass(
         tmp_path: Path) -> None:
     """`store_sqlite_file(with_log=True)`: the integration's fresh logged deltas are written
-    with the helper's records (a user's last delta wins) and leave the log in the same
+    with the helper's records (a user's last delta wins, over more deltas than SQLite's
+    sorter keeps in memory at once, sorted on more threads) and leave the log in the same
     transaction; its merge deltas, and another integration's deltas, stay for a fold."""
     import os
+    import random
     import sqlite3
 
     from engage_sync.state.field_store_sql import FIELDS_TABLE, store_sqlite_file
 
     state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
-    logged, merged, helped = os.urandom(16), os.urandom(16), os.urandom(16)
-    first, last, unknown, other, kept = (os.urandom(24) for _ in range(5))
+    rnd = random.Random(5)
+    users = [os.urandom(16) for _ in range(20_000)]
+    deltas = [(k, os.urandom(60)) for k in users for _ in range(rnd.randint(1, 3))]
+    rnd.shuffle(deltas)  # a user's deltas anywhere in the log: the last one logged wins
+    merged, helped, unknown, other, kept = (os.urandom(16) for _ in range(5))
+    rows = [(INTEGRATION, k, True, d) for k, d in deltas]
+    rows[7:7] = [(INTEGRATION, merged, False, unknown), ("other", helped, True, other)]
     with state.engine.begin() as conn:
-        conn.exec_driver_sql(
-            "INSERT INTO engage_field_log (integration, user_key, fresh, digests) VALUES "
-            "(?, ?, ?, ?)", [(INTEGRATION, logged, True, first), (INTEGRATION, merged, False,
-                             unknown), ("other", helped, True, other),
-                             (INTEGRATION, logged, True, last)])
+        conn.exec_driver_sql("INSERT INTO engage_field_log (integration, user_key, fresh, "
+                             "digests) VALUES (?, ?, ?, ?)", rows)
     log = tmp_path / "log.db"
     db = sqlite3.connect(log)
     db.execute("CREATE TABLE log (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
@@ -338,14 +342,14 @@ def test_a_sqlite_helpers_write_takes_the_runs_fresh_deltas_in_its_sorted_pass(
     db.commit()
     db.close()
     written = store_sqlite_file(str(tmp_path / "state.db"), INTEGRATION, str(log), "log",
-                                with_log=True)
+                                threads=3, with_log=True)
     with state.engine.connect() as conn:
         got = dict(conn.exec_driver_sql(
             f"SELECT user_key, digests FROM {FIELDS_TABLE} WHERE integration = ?",
             (INTEGRATION,)).all())
         left = conn.exec_driver_sql(
             "SELECT integration, user_key FROM engage_field_log ORDER BY seq").all()
-    assert written == 3 and got == {logged: last, helped: kept}
+    assert written == len(deltas) + 1 and got == {**dict(deltas), helped: kept}
     assert [tuple(r) for r in left] == [(INTEGRATION, merged), ("other", helped)]
 
 

@@ -7,11 +7,11 @@ digests, then the log and its sort at the fold) would nearly double the CPU of t
 reads and packs. A helper process does it on another core: after each settle the run hands it
 the objects the service acknowledged, in settle order; the helper digests them and appends
 them to a private SQLite file (appending needs only a few pages of cache, where keeping each
-user's record in key order as it came needed the whole table's); at the run's end, after the
-run folded its own log, the helper writes them over the integration's record in one
-transaction, sorted by user in SQLite as they are read (a user's last record wins). On a
-SQLite file the run's own fresh deltas go in the same sorted pass instead of a fold before it
-(`takes_log`; `field_store_sql`), and the run folds what is left after it.
+user's record in key order as it came needed the whole table's); at the run's end the helper
+writes them over the integration's record in one transaction, sorted by user in SQLite as they
+are read (a user's last record wins). The run folds its own log before that, or, on a SQLite
+file (`takes_log`; `field_store_sql`), the helper's pass takes the run's fresh deltas with its
+records and the run folds what is left after it (the unknowns of objects in doubt).
 
 Invariants:
 - started only by an unpartitioned run on an empty record whose state database another
@@ -138,8 +138,9 @@ class FieldHelper:
             self._enqueue(pickle.dumps({FORGET: keys}, protocol=5))
 
     def finish(self) -> None:
-        """After the run's last settle and its fold: the helper writes its records and exits.
-        Raises SyncError if it failed (then nothing of its records was written)."""
+        """After the run's last settle (and its fold, unless `takes_log`): the helper writes
+        its records and exits. Raises SyncError if it failed (then nothing of its records was
+        written, and the log keeps what it would have taken)."""
         release_child(self._proc.pid)  # the run waits for it now: its sort may use every CPU
         self._enqueue(FINISH)
         self._enqueue(None)

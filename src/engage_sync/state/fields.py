@@ -22,8 +22,10 @@ the store's part that opens them (a mixin using only `self.engine`). Invariants:
 - `lookup` reads `engage_fields` only: the caller folds first when a user it looks up may
   have logged deltas (`diffing.Differ`);
 - a lookup is one query per 900 users (a batch's users, never one query per row);
-- whole records a first run's helper process kept (`field_helper`) are written by `store`,
-  after that run's own log was folded: they are newer than anything in it.
+- whole records a first run's helper process kept (`field_helper`) are written by `store`
+  (or, on a SQLite file, `field_store_sql.store_sqlite_file`, whose pass takes that run's
+  fresh deltas with them); their users are none of that run's log's, so they are written
+  before or after its fold alike.
 """
 
 from __future__ import annotations
