@@ -63,6 +63,16 @@ def _hand(helper: FieldHelper, items: list[Item]) -> None:
     helper.hand([i.user for i in items], [i.blob for i in items])
 
 
+def _split(store: StateStore, first: list[Any], rest: list[Any]) -> Differ:
+    """A first run's Differ whose helper starts after one item, opened: `first` (one item) is
+    digested by the run, `rest` is for the helper (both rewritten in place)."""
+    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
+    differ.open()
+    differ.apply(first)
+    differ.apply(rest)
+    return differ
+
+
 def _leftovers() -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob("engage-fields-*.db"))
 
@@ -74,12 +84,9 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     carry no digests and go to the helper once acknowledged, but a later object of the user
     the run digested is digested and logged by the run too. At close the run folds its log,
     then the helper writes its records: each user's object acknowledged last wins."""
-    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
-    differ.open()
     first: list[Any] = [_item(0, "free")]
     rest: list[Any] = [_item(n, "free") for n in (1, 2)]
-    differ.apply(first)  # rewritten in place
-    differ.apply(rest)
+    differ = _split(store, first, rest)
     items = first + rest
     assert items[0].fields[:1] == field_record.FRESH
     assert not items[1].fields and not items[2].fields and differ.helper is not None
@@ -111,12 +118,9 @@ def test_a_run_that_stops_records_nothing_the_helper_kept(store: StateStore) -> 
     """The run failed or was killed: what the helper was handed is not recorded (those users
     are sent whole next time), what the run logged itself is, and no file is left behind."""
     before = set(_leftovers())
-    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
-    differ.open()
     first: list[Any] = [_item(1, "free")]
     rest: list[Any] = [_item(2, "free")]
-    differ.apply(first)
-    differ.apply(rest)
+    differ = _split(store, first, rest)
     items = first + rest
     store.settle("r1", INTEGRATION, [], acked_fields=[(items[0].user, items[0].fields)])
     differ.acked(items)
@@ -360,12 +364,9 @@ def test_the_runs_unknowns_are_applied_over_its_record_after_the_helpers_write(
     doubt: at close its record is its acknowledged object with every attribute of the one in
     doubt unknown, whether the helper's write took the run's fresh deltas (a SQLite file) or
     the run folded them before it (PostgreSQL); the log ends empty."""
-    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
-    differ.open()
     first: list[Any] = [_item(0, "free")]
     rest: list[Any] = [_item(1, "free")]
-    differ.apply(first)
-    differ.apply(rest)
+    differ = _split(store, first, rest)
     assert differ.helper is not None and differ.helper.takes_log == (
         store.engine.dialect.name == "sqlite")
     store.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
