@@ -402,3 +402,28 @@ def test_on_a_sqlite_file_the_helpers_write_takes_the_runs_fresh_deltas(
     if took:
         want[field_codec.user_key(own.user)] = _whole(own)
     assert _record(store) == want
+
+
+def test_a_helper_that_fails_its_write_leaves_the_runs_deltas_for_the_next_open(
+        tmp_path: Path) -> None:
+    """On a SQLite file the run leaves its fresh deltas to the helper's pass: when that pass
+    fails (here: the helper cannot open the file it was given), close raises, the log still
+    holds them, and the next run's open folds them; the helper's users have no record."""
+    state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+    url = shareable_url(state.engine)
+    assert url is not None
+    differ = Differ(INTEGRATION, state, helper_after=1, start_helper=lambda: FieldHelper(
+        INTEGRATION, url, str(tmp_path / "gone" / "state.db")))
+    differ.open()
+    first: list[Any] = [_item(0, "free")]
+    rest: list[Any] = [_item(1, "free")]
+    differ.apply(first)
+    differ.apply(rest)
+    state.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
+    differ.settled(first + rest, [], first + rest)
+    with pytest.raises(SyncError, match="unable to open database file"):
+        differ.close()
+    assert _logged(state) == 1 and _record(state) == {}
+    Differ(INTEGRATION, state).open()
+    assert _logged(state) == 0
+    assert _record(state) == {field_codec.user_key(first[0].user): _whole(first[0])}
