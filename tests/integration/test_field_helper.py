@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,13 @@ def _hand(helper: FieldHelper, items: list[Item]) -> None:
     helper.hand([i.user for i in items], [i.blob for i in items])
 
 
-def _split(store: StateStore, first: list[Any], rest: list[Any]) -> Differ:
-    """A first run's Differ whose helper starts after one item, opened: `first` (one item) is
-    digested by the run, `rest` is for the helper (both rewritten in place)."""
-    differ = Differ(INTEGRATION, store, start_helper=lambda: _helper(store), helper_after=1)
+def _split(store: StateStore, first: list[Any], rest: list[Any],
+           start: Callable[[], FieldHelper] | None = None) -> Differ:
+    """A first run's Differ whose helper (`start`, default `_helper`) starts after one item,
+    opened: `first` (one item) is digested by the run, `rest` is for the helper (both
+    rewritten in place)."""
+    differ = Differ(INTEGRATION, store, start_helper=start or (lambda: _helper(store)),
+                    helper_after=1)
     differ.open()
     differ.apply(first)
     differ.apply(rest)
@@ -412,13 +416,10 @@ def test_a_helper_that_fails_its_write_leaves_the_runs_deltas_for_the_next_open(
     state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
     url = shareable_url(state.engine)
     assert url is not None
-    differ = Differ(INTEGRATION, state, helper_after=1, start_helper=lambda: FieldHelper(
-        INTEGRATION, url, str(tmp_path / "gone" / "state.db")))
-    differ.open()
     first: list[Any] = [_item(0, "free")]
     rest: list[Any] = [_item(1, "free")]
-    differ.apply(first)
-    differ.apply(rest)
+    differ = _split(state, first, rest, start=lambda: FieldHelper(
+        INTEGRATION, url, str(tmp_path / "gone" / "state.db")))
     state.settle("r1", INTEGRATION, [], acked_fields=[(first[0].user, first[0].fields)])
     differ.settled(first + rest, [], first + rest)
     with pytest.raises(SyncError, match="unable to open database file"):
