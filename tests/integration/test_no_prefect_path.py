@@ -1,5 +1,7 @@
 """`engage-sync run FILE --no-prefect` never imports Prefect (about 40 MB and a second of
-start-up), and ends cleanly: the status record on stdout, no traceback or DuckDB leak report."""
+start-up), and ends cleanly: the status record on stdout, no traceback or DuckDB leak report.
+The collector its start ran without (`gc_tuning.pause`) is on again after the run, as after a
+run that fails before its sync."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, table_integration, user_rows
 
 PROBE = """
-import sys
+import gc, sys
 from engage_sync.cli.main import main
 code = main(sys.argv[1:])
+print(f"GC enabled={gc.isenabled()} frozen={gc.get_freeze_count() > 0}")
 print("PREFECT-IMPORTED" if "prefect" in sys.modules else "PREFECT-NOT-IMPORTED")
 sys.exit(code)
 """
@@ -35,10 +38,19 @@ def test_a_run_without_prefect_imports_no_prefect(
         timeout=120)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert out.rstrip().endswith("PREFECT-NOT-IMPORTED")
-    record = json.loads(out[:out.rindex("PREFECT-")])
+    assert out.rstrip().endswith("GC enabled=True frozen=True\nPREFECT-NOT-IMPORTED")
+    record = json.loads(out[:out.rindex("GC ")])
     assert (record["rows_read"], record["rows_synced"]) == (150, 150)
     assert "Traceback" not in done.stderr and "nanobind" not in done.stderr
+
+
+def test_a_run_that_fails_before_its_sync_turns_the_collector_on_again(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "run", "missing", "--no-prefect", "--config-dir",
+         str(tmp_path), "--state-url", f"sqlite:///{tmp_path / 'state.db'}"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr  # no integration of that name: no sync at all
+    assert done.stdout.splitlines()[0] == "GC enabled=True frozen=False"
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")

@@ -16,7 +16,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from engage_sync.adapters import telemetry
+from engage_sync.adapters import gc_tuning, telemetry
 from engage_sync.adapters.failures import expected, one_line
 from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
@@ -52,6 +52,14 @@ EXIT_IN_PROGRESS = 75  # EX_TEMPFAIL: another process runs the integration; try 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    gc_tuning.pause()  # the start, imports and all, without the collector (gc_tuning)
+    try:
+        return _run(args)
+    finally:
+        gc_tuning.resume()  # a run that failed before its sync (else the sync did)
+
+
+def _run(args: argparse.Namespace) -> int:
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
         from engage_sync.adapters.wiring import run_direct
