@@ -469,7 +469,8 @@ def main() -> int:
     if any(base_path(p) == "prefect-served" for p in paths):
         home = Path(tempfile.mkdtemp(dir=workdir, prefix="prefect-served-"))
         server, api = start_prefect_server(home)
-        served = (api, home)
+        served = (api, home)  # a deployment's server has answered before: its first
+        httpx.get(f"{api}/admin/version", timeout=30)  # answer is 0.5 s slower
     neighbours = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                   for _ in range(args.neighbours)]
     try:

@@ -1,7 +1,6 @@
 """`engage-sync run FILE --no-prefect` never imports Prefect (about 40 MB and a second of
 start-up), and ends cleanly: the status record on stdout, no traceback or DuckDB leak report.
-The collector its start ran without (`gc_tuning.pause`) is on again after the run, as after a
-run that fails before its sync."""
+Its process has the collector's young threshold a sync sets from the start (`gc_tuning`)."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engage_sync.adapters.gc_tuning import GEN0
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, table_integration, user_rows
 
@@ -20,7 +20,7 @@ PROBE = """
 import gc, sys
 from engage_sync.cli.main import main
 code = main(sys.argv[1:])
-print(f"GC enabled={gc.isenabled()} frozen={gc.get_freeze_count() > 0}")
+print(f"GC young={gc.get_threshold()[0]}")
 print("PREFECT-IMPORTED" if "prefect" in sys.modules else "PREFECT-NOT-IMPORTED")
 sys.exit(code)
 """
@@ -38,19 +38,20 @@ def test_a_run_without_prefect_imports_no_prefect(
         timeout=120)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert out.rstrip().endswith("GC enabled=True frozen=True\nPREFECT-NOT-IMPORTED")
+    assert out.rstrip().endswith(f"GC young={GEN0}\nPREFECT-NOT-IMPORTED")
     record = json.loads(out[:out.rindex("GC ")])
     assert (record["rows_read"], record["rows_synced"]) == (150, 150)
     assert "Traceback" not in done.stderr and "nanobind" not in done.stderr
 
 
-def test_a_run_that_fails_before_its_sync_turns_the_collector_on_again(tmp_path: Path) -> None:
+def test_a_run_raises_the_threshold_before_its_sync(tmp_path: Path) -> None:
+    """From its start: a run that fails before any sync (no such integration) has it too."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, "run", "missing", "--no-prefect", "--config-dir",
          str(tmp_path), "--state-url", f"sqlite:///{tmp_path / 'state.db'}"],
         capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stderr  # no integration of that name: no sync at all
-    assert done.stdout.splitlines()[0] == "GC enabled=True frozen=False"
+    assert done.returncode == 2, done.stderr  # a config error, raised before the sync
+    assert done.stdout.splitlines()[0] == f"GC young={GEN0}"
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="needs Linux")

@@ -1,8 +1,7 @@
 """The collector's young threshold is raised for a syncing process, once, never lowered, and
 left alone when the host turned automatic collection off; what is alive at the first sync is
-frozen, once, and not when the host froze objects itself; later cycles are still collected. A
-run's start paused the collector: the first sync collects that start's garbage (none of it
-frozen) and turns it on again, as `resume` does when no sync came."""
+frozen, once, and not when the host froze objects itself; later cycles are still collected.
+A run's start raises the threshold alone (`raise_threshold`): nothing frozen yet."""
 
 from __future__ import annotations
 
@@ -22,9 +21,7 @@ def kept(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     before = gc.get_threshold()
     gc.unfreeze()
     monkeypatch.setattr(gc_tuning, "_frozen", False)
-    monkeypatch.setattr(gc_tuning, "_paused", False)
     yield
-    gc.enable()
     gc.unfreeze()
     gc.set_threshold(*before)
 
@@ -78,6 +75,16 @@ def test_the_young_threshold_is_raised_and_the_others_kept() -> None:
     assert gc.get_threshold() == (GEN0, 10, 10)
 
 
+def test_a_run_s_start_raises_the_threshold_and_freezes_nothing() -> None:
+    gc.set_threshold(700, 10, 10)
+    alive = [[k] for k in range(10)]
+    gc_tuning.raise_threshold()
+    assert gc.get_threshold() == (GEN0, 10, 10)
+    assert gc.get_freeze_count() == 0 and walked(alive)
+    tune_gc()  # the first sync then freezes what is alive
+    assert not walked(alive)
+
+
 def test_a_higher_threshold_or_none_is_left_alone() -> None:
     gc.set_threshold(GEN0 * 4, 5, 5)
     tune_gc()
@@ -85,44 +92,3 @@ def test_a_higher_threshold_or_none_is_left_alone() -> None:
     gc.set_threshold(0, 10, 10)
     tune_gc()
     assert gc.get_threshold()[0] == 0
-
-
-def _cycle() -> weakref.ref[Node]:
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    return weakref.ref(a)
-
-
-def test_a_paused_start_s_garbage_is_collected_not_frozen_at_the_first_sync() -> None:
-    gc_tuning.pause()
-    assert not gc.isenabled()
-    gone = _cycle()  # garbage of the start
-    churn = [[k] for k in range(3 * gc.get_threshold()[0])]  # would set off collections
-    del churn
-    assert gone() is not None  # none ran while paused
-    kept = [[k] for k in range(10)]
-    tune_gc()
-    assert gc.isenabled() and gone() is None  # collected, not frozen for good
-    assert not walked(kept)  # what the start keeps is frozen
-
-
-def test_resume_turns_the_collector_on_when_no_sync_came() -> None:
-    gc_tuning.pause()
-    gc_tuning.resume()
-    assert gc.isenabled()
-    gc_tuning.resume()
-    assert gc.isenabled()
-
-
-def test_a_collector_the_host_turned_off_stays_off() -> None:
-    gc.disable()
-    gc_tuning.pause()
-    gc_tuning.resume()
-    tune_gc()
-    assert not gc.isenabled()
-
-
-def test_no_pause_after_a_sync() -> None:
-    tune_gc()
-    gc_tuning.pause()
-    assert gc.isenabled()

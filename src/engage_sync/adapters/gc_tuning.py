@@ -21,14 +21,12 @@ never lowered (a threshold the host set higher stays), nothing frozen when the h
 objects itself, and never again after the first freeze (`_frozen`: not even when every frozen
 object has been freed since, as the freeze count then reads 0).
 
-A run's start, before its first sync (the imports, Prefect's and ours, and a flow run's
-creation), may run with the collector off (`pause`): of the ≈ 190,000 objects it makes and keeps
-for the process's life, each full collection the growing heap set off walked them all, and a
-served flow run's first request came 0.15 s later (1.69 s against 1.54, medians of 3,
-`benchmarks/README.md`). The first `tune_gc` collects the garbage of that start once, so none
-of it is frozen, and turns the collector back on; `resume` turns it on if no sync came (a run
-that failed before it). A process that never called `pause` is left as it was (a served
-deployment's: it may never sync in its own process).
+`engage-sync run` raises the threshold from its start (`raise_threshold`), before its imports
+(Prefect's and ours) and a flow run's creation: with the default one, the ≈ 270,000 objects
+they make set off collection after collection of the growing heap; importing what a flow run
+needs took 0.93 s against 1.02 (medians of 9, in-process; `benchmarks/README.md`). Collecting
+the start's garbage is not skipped (turning the collector off until the first sync left
+≈ 9 MB of it to collect there, in 0.13 s, or to freeze for good).
 """
 
 from __future__ import annotations
@@ -39,38 +37,22 @@ GEN0 = 50_000
 
 
 _frozen = False
-_paused = False
 
 
 def tune_gc() -> None:
     """Raise the young generation's threshold to `GEN0` and, the first time, freeze what is
-    alive (after collecting a paused start's garbage); the collector on again if `pause` had
-    turned it off (idempotent)."""
+    alive (idempotent)."""
     global _frozen
-    young, middle, old = gc.get_threshold()
-    if 0 < young < GEN0:  # 0: the host disabled automatic collection; leave it so
-        gc.set_threshold(GEN0, middle, old)
+    raise_threshold()
     if not _frozen:
         _frozen = True
-        if _paused:
-            gc.collect()  # the paused start's garbage: none of it frozen for good
         if gc.get_freeze_count() == 0:  # the host's own freeze is left as it is
             gc.freeze()
-    resume()
 
 
-def pause() -> None:
-    """The collector off until the first `tune_gc` or `resume` (a run's start); nothing
-    when it is off already (the host's choice) or a sync came before."""
-    global _paused
-    if gc.isenabled() and not _frozen:
-        gc.disable()
-        _paused = True
-
-
-def resume() -> None:
-    """The collector on again if `pause` turned it off (idempotent)."""
-    global _paused
-    if _paused:
-        _paused = False
-        gc.enable()
+def raise_threshold() -> None:
+    """The young generation's threshold to `GEN0`, if lower (but 0: the host disabled
+    automatic collection; leave it so); the others kept."""
+    young, middle, old = gc.get_threshold()
+    if 0 < young < GEN0:
+        gc.set_threshold(GEN0, middle, old)

@@ -52,14 +52,7 @@ EXIT_IN_PROGRESS = 75  # EX_TEMPFAIL: another process runs the integration; try 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    gc_tuning.pause()  # the start, imports and all, without the collector (gc_tuning)
-    try:
-        return _run(args)
-    finally:
-        gc_tuning.resume()  # a run that failed before its sync (else the sync did)
-
-
-def _run(args: argparse.Namespace) -> int:
+    gc_tuning.raise_threshold()  # from the start, imports and all, as its sync has it
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
         from engage_sync.adapters.wiring import run_direct
