@@ -3,6 +3,7 @@ triggered with parameters, backfills of one run per chunk, alerts and artifacts.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from datetime import timedelta
@@ -141,7 +142,7 @@ def test_alerts_fail_the_flow_run_and_the_status_record_says_why(
     strict.write_text(users + "failed_rows_alert_share: 0.001\n")
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
 
-    state = sync_integration(str(strict), state_url=state_url, return_state=True)
+    state = asyncio.run(sync_integration(str(strict), state_url=state_url, return_state=True))
     assert state.is_failed()
     assert "1 of 73 rows failed (1.4%), above the alert threshold" in str(state.message)
     record = open_state(state_url).runs_newest_first("strict_users", 0, 1)[0]
@@ -152,6 +153,6 @@ def test_alerts_fail_the_flow_run_and_the_status_record_says_why(
                                                     "source": {"table": "t"}})
     broken.write_text(broken.read_text() + "no_such_key: 1\n")
     with pytest.raises(SyncAlert, match="no_such_key"):
-        sync_integration(str(broken), state_url=state_url)
+        asyncio.run(sync_integration(str(broken), state_url=state_url))
     last = open_state(state_url).runs_newest_first("broken", 0, 1)[0]
     assert last["job_status"] == "config_error" and "no_such_key" in last["message"]

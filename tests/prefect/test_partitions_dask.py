@@ -15,6 +15,7 @@ Rows: ENGAGE_SYNC_DASK_ROWS (default 20,000 per kind, always run); 100,000 per k
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -259,15 +261,18 @@ def test_a_retry_warning_in_a_dask_worker_is_in_the_flow_runs_logs(
         prefect_api: str, tight: Service, tmp_path: Path) -> None:
     """A partition's request answered 500 is retried by a sending thread of a Dask worker's
     process: its warning reaches the flow run's logs on the server, under the partition's task
-    run (before, it went to the worker's standard error only)."""
+    run (before, it went to the worker's standard error only). Only this run's logs count:
+    the session's server holds other tests' retry warnings."""
     users, _ = build(tmp_path, tight, 2000, users=200)
     tight.faults([{"path": TRACK, "action": "500", "nth": [1]}])
+    since = datetime.now(UTC).isoformat()
     code, out, err = finish(run_flow(users, f"sqlite:///{tmp_path / 'state.db'}"))
     assert code == 0, err[-3000:]
     assert json.loads(out)["rows_synced"] == 2000
     with httpx.Client(base_url=prefect_api, timeout=30) as api:
-        logs = api.post("/logs/filter", json={"logs": {"level": {"ge_": 30}},
-                                              "limit": 200, "sort": "TIMESTAMP_DESC"}).json()
+        logs = api.post("/logs/filter", json={
+            "logs": {"level": {"ge_": 30}, "timestamp": {"after_": since}},
+            "limit": 200, "sort": "TIMESTAMP_DESC"}).json()
         retried = [g for g in logs if "POST /users/track: 500" in g["message"]
                    and "retrying in" in g["message"]]
         assert len(retried) == 1, [g["message"] for g in logs]
@@ -332,8 +337,8 @@ def test_the_flow_runs_partitions_on_prefects_thread_pool_by_default(
            if k not in ("task_runner", "service")},
         "service": {"base_url": tight.base_url, "rate_limit": {"requests": LIMIT,
                                                                "per_seconds": 1}}})
-    record = sync_integration(str(path), partitions=3,
-                              state_url=f"sqlite:///{tmp_path / 'state.db'}")
+    record = asyncio.run(sync_integration(str(path), partitions=3,
+                                          state_url=f"sqlite:///{tmp_path / 'state.db'}"))
     assert record["job_status"] == "success" and record["rows_synced"] == rows
     assert users_delivered(tight) == rows
     entries = track_log(tight)

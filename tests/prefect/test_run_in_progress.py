@@ -6,6 +6,7 @@ Prefect or not) says the same in one line and exits 75 (EX_TEMPFAIL: try again l
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
@@ -27,7 +28,7 @@ def test_a_flow_run_meeting_a_held_run_is_skipped_and_sends_nothing(
     run_id = held_run(open_state(state_url), "users")
     warehouse = holder(tmp_path / "warehouse.duckdb", 120)  # the holding run reads it
     try:
-        state = sync_integration(str(path), state_url=state_url, return_state=True)
+        state = asyncio.run(sync_integration(str(path), state_url=state_url, return_state=True))
         assert warehouse.poll() is None  # skipped without waiting for the file
     finally:
         warehouse.kill()

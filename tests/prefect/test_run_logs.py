@@ -7,6 +7,7 @@ the last."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -51,9 +52,9 @@ def test_a_retry_warning_from_a_sending_thread_is_in_the_flow_runs_logs(
         service = Service(sandbox.base_url, control)
         service.faults([{"path": "/users/track", "action": "500", "nth": [1]}])
         try:
-            state = sync_integration(str(users_yaml),
-                                     state_url=f"sqlite:///{tmp_path / 'state.db'}",
-                                     return_state=True)
+            state = asyncio.run(sync_integration(
+                str(users_yaml), state_url=f"sqlite:///{tmp_path / 'state.db'}",
+                return_state=True))
         finally:
             service.faults([])
     assert state.is_completed(), state.message
@@ -93,8 +94,8 @@ def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
 
     proc = holder(tmp_path / "warehouse.duckdb", 2)  # another process has the file for 2 s
     try:
-        state = sync_integration(str(users_yaml), state_url=f"sqlite:///{tmp_path / 'state.db'}",
-                                 return_state=True)
+        state = asyncio.run(sync_integration(
+            str(users_yaml), state_url=f"sqlite:///{tmp_path / 'state.db'}", return_state=True))
     finally:
         proc.kill()
         proc.wait(30)

@@ -4,6 +4,7 @@ in no log line (the server's and this process's), artifact or state record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_a_key_from_a_secret_block_syncs_and_is_in_no_log_artifact_or_record(
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
 
     with caplog.at_level(logging.DEBUG):
-        state = sync_integration(str(path), state_url=state_url, return_state=True)
+        state = asyncio.run(sync_integration(str(path), state_url=state_url, return_state=True))
     assert state.is_completed(), state.message
     (run,) = open_state(state_url).runs_newest_first("blocked_users", 0, 5)
     assert (run["rows_synced"], run["rows_rejected"]) == (USERS, 1)
