@@ -24,7 +24,7 @@ object has been freed since, as the freeze count then reads 0).
 `engage-sync run` raises the threshold from its start (`raise_threshold`), before its imports
 (Prefect's and ours) and a flow run's creation: with the default one, the ≈ 270,000 objects
 they make set off collection after collection of the growing heap; importing what a flow run
-needs took 0.93 s against 1.02 (medians of 9, in-process; `benchmarks/README.md`). Collecting
+needs took 0.92 s against 1.00 (medians of 9, in-process; `benchmarks/start_imports.py`). Collecting
 the start's garbage is not skipped (turning the collector off until the first sync left
 ≈ 9 MB of it to collect there, in 0.13 s, or to freeze for good).
 """
