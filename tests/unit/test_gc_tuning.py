@@ -92,3 +92,18 @@ def test_a_higher_threshold_or_none_is_left_alone() -> None:
     gc.set_threshold(0, 10, 10)
     tune_gc()
     assert gc.get_threshold()[0] == 0
+
+
+def test_young_garbage_at_the_first_sync_is_collected_not_frozen() -> None:
+    """A start with the threshold raised leaves its last cycles young: the first sync collects
+    them before it freezes what is alive."""
+    gc.set_threshold(GEN0, 10, 10)
+    gone = _young_cycle()
+    tune_gc()
+    assert gone() is None
+
+
+def _young_cycle() -> weakref.ref[Node]:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)

@@ -3,12 +3,13 @@
 `sync_integration` syncs one integration; `sync_folder` syncs every integration of a folder, one
 task each, identity operations first and deletes last, sharing one set of rate budgets.
 `sync_integration` is an async flow whose body runs the whole sync on the event loop's thread,
-the loop blocked as a sync flow's thread is (the main thread: SIGTERM's graceful stop, CPU
-pinning); nothing of Prefect's runs on that loop meanwhile, and every Prefect call in it is made
-with `_sync=True` (in an async flow's run, Prefect's dispatching calls return coroutines). It
-is async because Prefect's sync engine waits at a flow run's end for its heartbeat thread to
-wake from its one-second sleep (up to 1 s, 0.5 s on average: 0.25 and 0.51 s measured), where
-the async engine leaves it to end alone; a Python caller runs it with `asyncio.run`. The
+the loop blocked meanwhile (the main thread: SIGTERM's graceful stop, CPU pinning); nothing of
+Prefect's runs on that loop meanwhile, and the Prefect calls in it that pick sync or async by
+the context (artifacts, blocks) pass `_sync=True` (in an async flow's run they would return
+coroutines). It is async because Prefect's sync engine waits at a flow run's end for its
+heartbeat thread to wake from its one-second sleep (up to 1 s, 0.5 s on average: 0.25 and
+0.51 s measured), where the async engine leaves it to end alone. `run_blocking` runs it as the
+CLI does: `asyncio.run`, with Ctrl-C interrupting the sync at once as in a sync flow. The
 parameters are typed so the Prefect UI renders them as a form, and a run started from the UI,
 from `prefect deployment run … --param …` or from `engage-sync run` does the same thing.
 
@@ -27,8 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
+from collections.abc import Coroutine
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -169,7 +174,8 @@ async def sync_integration(
 ) -> dict[str, Any] | State[Any]:
     """Sync one integration and return its status record (or a "Skipped" state while another
     process runs the integration in the same mode). Async only for Prefect's engine (the module's
-    docstring): the sync runs on the calling thread; from Python, `asyncio.run(...)`.
+    docstring): the sync runs on the calling thread; from Python, `run_blocking(...)` (or
+    `asyncio.run`, or `await` in a running loop).
 
     Args:
         integration: Integration file path, or its name in the config folder.
@@ -253,10 +259,29 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                         accept_schema: bool = False) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
-        return asyncio.run(sync_integration(
+        return run_blocking(sync_integration(
             path, mode=mode, start=start, end=end, dry_run=dry_run,
             resend_events=resend_events, allow_deletes=allow_deletes, state_url=state_url,
             partitions=partitions, send_whole=send_whole, accept_schema=accept_schema))
     return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
                                         allow_deletes, partitions, send_whole, accept_schema),
                       state_url)
+
+
+def run_blocking(flow_run: Coroutine[Any, Any, Any]) -> Any:
+    """`asyncio.run(flow_run)` for a flow whose body blocks the loop, with SIGINT left as it was
+    when it was Python's default (Ctrl-C raises KeyboardInterrupt wherever the sync is, as in a
+    sync flow): `asyncio.run` would take it over, cancelling the flow's task, which a body that
+    never awaits sees only at its end, so the sync went on and the run then ended Crashed."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return asyncio.run(flow_run)
+    signal.signal(signal.SIGINT, _interrupt)  # not the default handler: asyncio leaves it
+    try:
+        return asyncio.run(flow_run)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    signal.default_int_handler(signum, frame)

@@ -9,6 +9,9 @@ objects outlive the module teardown and nanobind prints ~40 lines of `leaked …
 `stop_prefect_threads` drains Prefect's queue services (logs and events are sent first, as
 Prefect's own exit hooks would) and stops and joins its loop threads. It runs at exit of every
 process that imported engage_sync.adapters.flows (the CLI, serve.py and the flow runs it starts).
+A flow run's heartbeat thread is not among them: the async engine (`flows.sync_integration`)
+leaves it to end within a second, asleep; it holds the flow run's context, not the sync's
+objects (the body's locals, gone by then).
 """
 
 from __future__ import annotations
