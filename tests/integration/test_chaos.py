@@ -42,6 +42,9 @@ FAULTS = [  # the first matching rule wins; a held request is what a kill often 
     {"path": "/users/track", "action": "500", "share": 0.04, "seed": 2},
     {"path": "/users/track", "action": "504", "process": True, "share": 0.04, "seed": 3},
     {"path": "/users/track", "action": "drop", "share": 0.04, "seed": 4},
+    # every other request answered 0.25 s late, so that a run cannot send its last request and
+    # exit between two looks of `_run_until_done` (under load a kill was missed once that way)
+    {"path": "/users/track", "action": "delay", "delay_seconds": 0.25},
 ]
 
 
