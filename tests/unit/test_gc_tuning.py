@@ -31,6 +31,13 @@ class Node:
         self.other: Node | None = None
 
 
+def _cycle() -> weakref.ref[Node]:
+    """Two nodes in a cycle, nothing else holding them: a weak reference to one."""
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
 def walked(obj: object) -> bool:
     """Whether collections walk `obj` (a tracked object not frozen). The freeze count is no
     measure: it falls as frozen objects are freed, by any thread."""
@@ -52,10 +59,7 @@ def test_what_is_alive_at_the_first_sync_is_frozen_once() -> None:
 
 def test_a_cycle_made_after_the_freeze_is_still_collected() -> None:
     tune_gc()
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    gone = weakref.ref(a)
-    del a, b
+    gone = _cycle()
     gc.collect()
     assert gone() is None
 
@@ -98,12 +102,6 @@ def test_young_garbage_at_the_first_sync_is_collected_not_frozen() -> None:
     """A start with the threshold raised leaves its last cycles young: the first sync collects
     them before it freezes what is alive."""
     gc.set_threshold(GEN0, 10, 10)
-    gone = _young_cycle()
+    gone = _cycle()
     tune_gc()
     assert gone() is None
-
-
-def _young_cycle() -> weakref.ref[Node]:
-    a, b = Node(), Node()
-    a.other, b.other = b, a
-    return weakref.ref(a)

@@ -42,8 +42,8 @@ _frozen = False
 
 
 def tune_gc() -> None:
-    """Raise the young generation's threshold to `GEN0` and, the first time, freeze what is
-    alive (idempotent)."""
+    """Raise the young generation's threshold to `GEN0` and, the first time, collect the young
+    generation and freeze what is alive (idempotent)."""
     global _frozen
     raise_threshold()
     if not _frozen:
