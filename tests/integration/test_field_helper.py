@@ -116,6 +116,10 @@ def test_a_first_run_hands_its_objects_to_the_helper_and_records_them_at_close(
     want = {field_codec.user_key(i.user): _whole(i) for i in (later[0], later[1], items[2])}
     assert _record(store) == want
     assert all(_whole(i) for i in later) and _whole(later[0]) != _whole(items[0])
+    ending = differ.ending  # it may be copying the state file's WAL still: `stop` waits
+    assert ending is not None
+    differ.stop()
+    assert differ.ending is None and ending._proc.returncode == 0
 
 
 def test_a_run_that_stops_records_nothing_the_helper_kept(store: StateStore) -> None:
@@ -265,12 +269,13 @@ def test_on_a_sqlite_file_the_helper_writes_without_sqlalchemy(tmp_path: Path) -
         "db.executemany(f'INSERT INTO {helper.LOG} VALUES (?, ?)', records(users, objs))\n"
         "db.commit(); db.close()\n"
         f"helper._store({{'url': 'unused', 'integration': {INTEGRATION!r}, "
-        f"'file': {str(tmp_path / 'state.db')!r}}}, {str(log)!r})\n"
+        f"'file': {str(tmp_path / 'state.db')!r}}}, {str(log)!r}, "
+        "lambda n: print('stored', n))\n"
         "print('sqlalchemy' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert out.stdout.split() == ["stored", "3", "False"]
     assert _record(state) == {field_codec.user_key(i.user): _whole(i) for i in items[1:]}
 
 
@@ -318,6 +323,54 @@ def test_the_helpers_records_are_written_the_same_sorted_by_more_threads(
             f"SELECT user_key, digests FROM {FIELDS_TABLE} WHERE integration = ?",
             (INTEGRATION,)).all())
     assert written == len(rows) and got == dict(rows)  # a later row of a key wins
+
+
+def _fields_in_file_alone(state_file: Path, copy: Path) -> int:
+    """The field records the database file holds without its WAL (a copy of the file alone:
+    what a checkpoint has copied into it)."""
+    import shutil
+    import sqlite3
+
+    from engage_sync.state.field_store_sql import FIELDS_TABLE
+
+    shutil.copyfile(state_file, copy)
+    db = sqlite3.connect(copy)
+    try:
+        return int(db.execute(f"SELECT count(*) FROM {FIELDS_TABLE}").fetchone()[0])
+    except sqlite3.OperationalError:  # the table itself is still in the WAL
+        return 0
+    finally:
+        db.close()
+
+
+def test_a_helpers_write_is_said_committed_before_its_wal_is_copied_into_the_file(
+        tmp_path: Path) -> None:
+    """`store_sqlite_file(committed=...)`: when it is called, another connection reads the
+    records, but its commit left them in the WAL (no checkpoint at the commit: the run goes
+    on meanwhile); when it returns, the file itself holds them (the WAL was copied)."""
+    import os
+    import sqlite3
+
+    from engage_sync.state.field_store_sql import store_sqlite_file
+
+    state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
+    log = tmp_path / "log.db"
+    rows = [(os.urandom(16), os.urandom(60)) for _ in range(20_000)]
+    db = sqlite3.connect(log)
+    db.execute("CREATE TABLE log (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
+    db.executemany("INSERT INTO log VALUES (?, ?)", rows)
+    db.commit()
+    db.close()
+    seen: list[tuple[int, int, int]] = []
+
+    def committed(written: int) -> None:
+        seen.append((written, len(_record(state)),
+                     _fields_in_file_alone(tmp_path / "state.db", tmp_path / "during.db")))
+
+    written = store_sqlite_file(str(tmp_path / "state.db"), INTEGRATION, str(log), "log",
+                                committed=committed)
+    assert written == len(rows) and seen == [(len(rows), len(rows), 0)]
+    assert _fields_in_file_alone(tmp_path / "state.db", tmp_path / "after.db") == len(rows)
 
 
 def test_a_sqlite_helpers_write_takes_the_runs_fresh_deltas_in_its_sorted_pass(

@@ -23,7 +23,9 @@ Invariants:
   whose objects ended in doubt (`forget`), of whom it records nothing handed before;
 - it writes to the state database once, after `finish` (so after the run's last settle, and
   the run's own fold or, `takes_log`, with the run's fresh deltas: their users are none of
-  its own, so the order makes no difference); a run that ends any other way (killed, failed)
+  its own, so the order makes no difference), says `STORED` on its standard output once that
+  is committed, and then, on a SQLite file, copies the WAL into the file while the run
+  closes its row (the run's `stop` waits for its end); a run that ends any other way (killed, failed)
   records nothing of what the helper kept: a helper whose input ends without `finish` deletes
   its file and exits, and those users are sent whole the next time they are read;
 - the state URL reaches the helper on its standard input, never on its command line, and its
@@ -33,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import queue
@@ -41,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
@@ -51,6 +54,8 @@ from engage_sync.errors import ConfigError, SyncError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+log = logging.getLogger("engage_sync.diff.helper")
 
 AFTER = 20_000
 """Items a first diffed run digests itself before it starts the helper (a process costs about
@@ -66,6 +71,7 @@ FORGET = "forget"  # a frame of users to forget: {FORGET: [user key, ...]}
 GONE = "gone"  # user key → the last row of `LOG` forgotten for it
 _LEN = 4
 _JOINED = b"\x00"  # a joined frame's first byte (a pickle's is 0x80)
+STORED = b"stored\n"  # the helper's one line on standard output: the record is committed
 
 
 def helper_after(environ: Mapping[str, str]) -> int | None:
@@ -114,9 +120,10 @@ class FieldHelper:
         self._err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `stop`
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "engage_sync.diff.helper"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=self._err, close_fds=True)
+            stdout=subprocess.PIPE, stderr=self._err, close_fds=True)
         place_child(self._proc.pid)  # off the run's CPU when it is pinned (cpu_affinity)
         self.handed = 0  # objects handed so far
+        self._stored = False  # `finish` saw the records committed
         self._queue: queue.Queue[Any] = queue.Queue(QUEUED)
         self._broken: BaseException | None = None
         self._writer = threading.Thread(target=self._write, name=f"field-helper-{integration}",
@@ -138,28 +145,50 @@ class FieldHelper:
             self._enqueue(pickle.dumps({FORGET: keys}, protocol=5))
 
     def finish(self) -> None:
-        """After the run's last settle (and its fold, unless `takes_log`): the helper writes
-        its records and exits. Raises SyncError if it failed (then nothing of its records was
-        written, and the log keeps what it would have taken)."""
+        """After the run's last settle (and its fold, unless `takes_log`): returns once the
+        helper has committed its records; it may go on copying the state file's WAL into the
+        file (`reap` waits for that). Raises SyncError if it failed (then nothing of its
+        records was written, and the log keeps what it would have taken)."""
         release_child(self._proc.pid)  # the run waits for it now: its sort may use every CPU
         self._enqueue(FINISH)
         self._enqueue(None)
         self._writer.join()
-        if self._proc.wait() != 0 or self._broken is not None:
+        assert self._proc.stdout is not None
+        if self._proc.stdout.readline() != STORED or self._broken is not None:
+            self._proc.wait()
             self._fail()
-        self._err.close()
+        self._stored = True
+
+    def reap(self) -> None:
+        """After `finish`: wait for the helper's end. A helper that fails after its records
+        were committed (its copy of the WAL) loses nothing: SQLite copies the WAL at a later
+        commit; that is said as a warning."""
+        code = self._proc.wait()
+        if code != 0:
+            log.warning("integration %s: the field record is written, but the helper then "
+                        "failed (exit status %s: %s); its copy into the state file is left "
+                        "to the next writer", self.integration, code, self._tail())
+        self._close_pipes()
 
     def stop(self) -> None:
-        """The run ended another way: the helper records nothing. The writer thread ends
-        too, closing the pipe."""
+        """The run ended another way: the helper records nothing (after `finish`: the same
+        as `reap`). The writer thread ends too, closing the pipe."""
+        if self._stored:
+            self.reap()
+            return
         if self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
         # a full queue: the writer is failing on the closed pipe and ends by itself
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
         if not self._err.closed:
             self._err.close()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
     def _put(self, obj: Any) -> None:
         assert self._proc.stdin is not None
@@ -191,18 +220,23 @@ class FieldHelper:
             except queue.Full:
                 continue
 
+    def _tail(self) -> str:
+        """The end of what the helper wrote on standard error, its password masked."""
+        if self._err.closed:
+            return "no message"
+        self._err.seek(0)
+        tail = self._err.read()[-2000:].decode("utf-8", "replace").strip()
+        if self._secret:
+            tail = tail.replace(str(self._secret), "***")
+        return tail or "no message"
+
     def _fail(self) -> None:
         code = self._proc.poll()
-        tail = ""
-        if not self._err.closed:
-            self._err.seek(0)
-            tail = self._err.read()[-2000:].decode("utf-8", "replace").strip()
-            if self._secret:
-                tail = tail.replace(str(self._secret), "***")
+        tail = self._tail()
         self.stop()
         raise SyncError(f"integration {self.integration}: the process that records the "
                         f"fields the service acknowledged failed (exit status {code}: "
-                        f"{tail or 'no message'}); the next run sends this run's users whole")
+                        f"{tail}); the next run sends this run's users whole")
 
 
 def frame(users: list[str], blobs: list[bytes]) -> bytes:
@@ -302,7 +336,7 @@ def _serve() -> int:
                         _drop_forgotten(db)
                     db.execute("COMMIT")
                     db.close()
-                    _store(header, path)
+                    _store(header, path, _say_stored)
                     return 0
                 if isinstance(frame, dict):
                     _forget(db, frame[FORGET])
@@ -316,11 +350,18 @@ def _serve() -> int:
         os.unlink(path)
 
 
-def _store(header: dict[str, Any], path: str) -> None:
-    """The records kept in `path` over the integration's record. The state database is
-    opened only now: until its end the helper holds no SQLAlchemy (≈ 60 MB less for the
-    whole run; the run itself has the same database open, so the URL is known to work), and
-    a SQLite file is written with the standard library alone (`field_store_sql`)."""
+def _say_stored(written: int) -> None:
+    """Tell the run that the record is committed (`STORED`, on standard output)."""
+    sys.stdout.buffer.write(STORED)
+    sys.stdout.buffer.flush()
+
+
+def _store(header: dict[str, Any], path: str, stored: Callable[[int], None]) -> None:
+    """The records kept in `path` over the integration's record; `stored` once they are
+    committed. The state database is opened only now: until its end the helper holds no
+    SQLAlchemy (≈ 60 MB less for the whole run; the run itself has the same database open,
+    so the URL is known to work), and a SQLite file is written with the standard library
+    alone (`field_store_sql`), which then copies its WAL into the file while the run ends."""
     if header.get("file"):
         from engage_sync.state.field_store_sql import (
             sorter_threads,
@@ -330,13 +371,14 @@ def _store(header: dict[str, Any], path: str) -> None:
 
         # every CPU of the run's by now (`release_child`)
         store_sqlite_file(header["file"], header["integration"], path, LOG,
-                          threads=sorter_threads(usable_cpus()), with_log=True)
+                          threads=sorter_threads(usable_cpus()), with_log=True,
+                          committed=stored)
         return
     from engage_sync.state.store import StateStore
 
     state = StateStore.from_url(header["url"])
     try:
-        state.store_field_file(header["integration"], path, LOG)
+        stored(state.store_field_file(header["integration"], path, LOG))
     finally:
         state.engine.dispose()
 

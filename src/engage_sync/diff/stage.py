@@ -73,6 +73,7 @@ class Differ:
         self.start_helper = start_helper if helper_after is not None else None
         self.helper_after = helper_after or 0
         self.helper: FieldHelper | None = None
+        self.ending: FieldHelper | None = None  # the helper `close` finished, until `stop`
         self.whole = 0  # items sent whole on an empty record, digested here
         self.digested: set[str] = set()  # their users, while a helper may start or runs
         self.pending: dict[str, tuple[int, Digests]] = {}  # by user reference
@@ -104,6 +105,7 @@ class Differ:
                      "has written the field record of the %s objects it was handed",
                      self.integration, f"{helper.handed:,}")
             started = time.monotonic()
+            self.ending = helper  # `stop` waits for its copy of the WAL
             helper.finish()
             log.info("integration %s: the helper wrote the field record of this first run "
                      "in %.2f s", self.integration, time.monotonic() - started)
@@ -113,10 +115,13 @@ class Differ:
         self.blank = False
 
     def stop(self) -> None:
-        """The run ended without `close`: stop the helper, if any (it records nothing)."""
-        if self.helper is not None:
-            self.helper.stop()
-            self.helper = None
+        """The run ended without `close`: stop the helper, if any (it records nothing); or
+        after it: wait for the helper that wrote at `close` to end (it copies the state
+        file's WAL meanwhile, while the run closes its row)."""
+        for helper in (self.helper, self.ending):
+            if helper is not None:
+                helper.stop()
+        self.helper = self.ending = None
 
     def batch(self, outcomes: list[RowOutcome]) -> None:
         self.apply(outcomes)

@@ -168,6 +168,8 @@ class Run:
             raise
         finally:
             lease.stop()
+            self.stages.stop()  # after the row is closed: a field helper's copy of the WAL
+            # into the state file overlaps that (`diff.stage.Differ.stop`)
         return record(state.run(self.run_id))
 
     def _release_if_back(self, exc: StateUnavailable) -> None:
@@ -235,7 +237,6 @@ class Run:
             raise
         finally:
             loop.close()
-            self.stages.stop()
 
     def _stage(self, outcomes: list[RowOutcome], settled: list[JournalEntry | None] | None
                ) -> None:

@@ -80,16 +80,24 @@ def sorter_threads(cpus: int) -> int:
 
 
 def store_sqlite_file(state_file: str, integration: str, path: str, table: str,
-                      threads: int = 0, with_log: bool = False) -> int:
+                      threads: int = 0, with_log: bool = False,
+                      committed: Callable[[int], None] | None = None) -> int:
     """The records of `table` in the SQLite file `path` over the integration's record in the
     SQLite state database `state_file` (already created, in WAL mode), in one transaction,
     sorted with `threads` more threads (`sorter_threads`); `with_log`: the integration's fresh
     logged deltas too, taken out of the log (its merge deltas stay, for a fold on top).
-    Returns how many were written."""
+    Returns how many were written.
+
+    `committed(written)`, if given, is called once the transaction is committed and before
+    the WAL it filled is checkpointed into the database file (on this connection: its commit
+    does not checkpoint), so that a caller may say the record is written while the copy goes
+    on: 1M records leave some 120 MB in the WAL, 0.21 s to copy (`helper_store.py`)."""
     db = sqlite3.connect(state_file, isolation_level=None)
     try:
         tune(db.execute)
         db.execute(f"PRAGMA threads={int(threads)}")
+        if committed is not None:
+            db.execute("PRAGMA wal_autocheckpoint=0")
         db.execute("ATTACH DATABASE ? AS helper", (path,))
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -104,6 +112,9 @@ def store_sqlite_file(state_file: str, integration: str, path: str, table: str,
                 db.execute("ROLLBACK")
             raise
         db.execute("DETACH DATABASE helper")
+        if committed is not None:
+            committed(int(written))
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         return int(written)
     finally:
         db.close()
