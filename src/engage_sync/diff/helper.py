@@ -25,9 +25,10 @@ Invariants:
   the run's own fold or, `takes_log`, with the run's fresh deltas: their users are none of
   its own, so the order makes no difference), says `STORED` on its standard output once that
   is committed, and then, on a SQLite file, copies the WAL into the file while the run
-  closes its row (the run's `stop` waits for its end); a run that ends any other way (killed, failed)
-  records nothing of what the helper kept: a helper whose input ends without `finish` deletes
-  its file and exits, and those users are sent whole the next time they are read;
+  closes its row (the run's `stop` waits for its end); a run that ends any other way (killed,
+  failed) records nothing of what the helper kept: a helper whose input ends without
+  `finish` deletes its file and exits, and those users are sent whole the next time they
+  are read;
 - the state URL reaches the helper on its standard input, never on its command line, and its
   password never appears in an error.
 """

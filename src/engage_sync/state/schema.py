@@ -261,15 +261,27 @@ def add_missing_columns(conn: Connection) -> list[str]:
     return added
 
 
+PAGE_SIZE = 16_384
+"""The page size of a SQLite state file this release creates (SQLite's default is 4,096; a file
+keeps the size it was created with, WAL mode allowing no change). A first diffed run writes
+its whole field record at its end, a B-tree of 1M users that needs a quarter of the pages:
+0.75-0.81 s against 0.96-1.06, and 1.03-1.11 s after the last request against 1.32-1.47
+(three alternating runs each); 1M events at the ceiling and a second diffed run's lookups
+of 1M users took the same time with either (`benchmarks/README.md`, issue 23's eighteenth
+session)."""
+
+
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     """Every connection takes `field_store_sql.tune`'s settings (a lock waited for up to 30 s,
-    syncs at checkpoints, deleted content zeroed only where it costs no I/O); the database is
+    syncs at checkpoints, deleted content zeroed only where it costs no I/O); a new database
+    file takes `PAGE_SIZE` (before anything is written to it); the database is
     put in WAL mode (readers never wait for the writer) by the first connection that can:
     switching needs the database to itself, which another process migrating or writing may
     hold, so a connection that finds it busy tries a few times, then goes on (the next one
     switches it; WAL persists)."""
     cur = dbapi_conn.cursor()
     tune(cur.execute)  # the lock's wait first: switching to WAL may find the database busy
+    cur.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file's; an existing one keeps its own
     for attempt in range(20):
         try:
             if cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
