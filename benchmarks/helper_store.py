@@ -14,6 +14,9 @@ its variants, each on a fresh state file with another connection open (as the ru
 - `sorted source`: the helper's table already in key order (a WITHOUT ROWID table keyed
   (user_key, rowid)): no sort at the end, paid for by appending in key order during the run,
   whose CPU the `append` lines give (8 MB of page cache, as the helper has);
+- `as the helper runs it`: the store as the helper runs it since the eighteenth session
+  (`committed`: the run goes on once the records are committed, the WAL's copy into the file
+  follows), on a file of this release's page size and on one of SQLite's 4 KB;
 - `deferred`: a design not taken, measured: the end only appends the records to the state's
   field log (no sort, no keyed insert), and the next run's open folds them
   (`StateStore.fold_fields`), so the keyed write moves to the next run instead of going.
@@ -39,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from engage_sync.state import field_store_sql as fss
+from engage_sync.state.schema import PAGE_SIZE
 from engage_sync.state.store import StateStore
 
 INTEGRATION = "bench_attributes"
@@ -69,8 +73,16 @@ def helper_file(path: str, records: list[tuple[bytes, bytes]], keyed: bool) -> f
     return time.process_time() - cpu
 
 
-def state_file(where: str, fill: Callable[[sqlite3.Connection], None]) -> str:
+def state_file(where: str, fill: Callable[[sqlite3.Connection], None],
+               page_size: int | None = None) -> str:
+    """A fresh state file (`page_size`: made with that page size first, as a file made before
+    this release has SQLite's 4,096), filled by `fill`."""
     path = tempfile.mkdtemp(dir=where) + "/state.db"
+    if page_size is not None:
+        made = sqlite3.connect(path)
+        made.execute(f"PRAGMA page_size={int(page_size)}")
+        made.execute("PRAGMA journal_mode=WAL")
+        made.close()
     StateStore.from_url(f"sqlite:///{path}").engine.dispose()
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("BEGIN")
@@ -117,6 +129,18 @@ def _store(state: str, helper: str, pieces: dict[str, list[float]] | None) -> fl
     return time.perf_counter() - start
 
 
+def store_said(state: str, helper: str) -> tuple[float, float]:
+    """The helper's store as it runs now (`committed`: the run goes on at the commit, the
+    WAL's copy follows): (seconds to the commit, seconds with the copy)."""
+    with run_connection(state):
+        start = time.perf_counter()
+        said: list[float] = []
+        fss.store_sqlite_file(state, INTEGRATION, helper, "log",
+                              threads=fss.sorter_threads(fss.usable_cpus()),
+                              committed=lambda _: said.append(time.perf_counter()))
+        return said[0] - start, time.perf_counter() - start
+
+
 def with_log(state: str, helper: str, in_pass: bool) -> float:
     """The end with the run's deltas still logged: its fold then the store, or the store
     taking them in its pass (`in_pass`); the run's connection open meanwhile."""
@@ -151,6 +175,10 @@ def deferred(state: str, helper: str) -> tuple[float, float]:
     folded = time.perf_counter() - start
     store.engine.dispose()
     return appended, folded
+
+
+def _median_of(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} s ({' / '.join(f'{v:.2f}' for v in values)})"
 
 
 def main() -> None:
@@ -202,7 +230,13 @@ def main() -> None:
         ends = {f"the run's {args.folded:,} logged, folded first": False,
                 f"the run's {args.folded:,} logged, in the pass": True}
         ended: dict[str, list[float]] = {name: [] for name in ends}
+        pages = {f"{PAGE_SIZE // 1024} KB pages (a file this release makes)": None,
+                 "4 KB pages (a file made before)": 4096}
+        said: dict[str, list[tuple[float, float]]] = {name: [] for name in pages}
         for _ in range(args.runs):  # alternating, so that every case sees the same machine
+            for name, page_size in pages.items():
+                said[name].append(store_said(state_file(work, lambda db: None, page_size),
+                                             plain))
             for name, (fill, helper) in cases.items():
                 took[name].append(store(state_file(work, fill), helper))
             for name, in_pass in ends.items():
@@ -217,6 +251,10 @@ def main() -> None:
         for name, values in took.items():
             print(f"  store, {name}: {statistics.median(values):.2f} s "
                   f"({' / '.join(f'{v:.2f}' for v in values)})")
+        for name, pairs in said.items():
+            commits, totals = [p[0] for p in pairs], [p[1] for p in pairs]
+            print(f"  store as the helper runs it, fresh, {name}: the run goes on after "
+                  f"{_median_of(commits)}, the WAL copied after {_median_of(totals)}")
         for name, values in ended.items():
             print(f"  end, {name}: {statistics.median(values):.2f} s "
                   f"({' / '.join(f'{v:.2f}' for v in values)})")

@@ -337,8 +337,6 @@ def _fields_in_file_alone(state_file: Path, copy: Path) -> int:
     db = sqlite3.connect(copy)
     try:
         return int(db.execute(f"SELECT count(*) FROM {FIELDS_TABLE}").fetchone()[0])
-    except sqlite3.OperationalError:  # the table itself is still in the WAL
-        return 0
     finally:
         db.close()
 
@@ -346,16 +344,19 @@ def _fields_in_file_alone(state_file: Path, copy: Path) -> int:
 def test_a_helpers_write_is_said_committed_before_its_wal_is_copied_into_the_file(
         tmp_path: Path) -> None:
     """`store_sqlite_file(committed=...)`: when it is called, another connection reads the
-    records, but its commit left them in the WAL (no checkpoint at the commit: the run goes
-    on meanwhile); when it returns, the file itself holds them (the WAL was copied)."""
+    records, but its commit left them in a WAL longer than SQLite's automatic checkpoint
+    would have let stand (no checkpoint at the commit: the run goes on meanwhile); when it
+    returns, the file itself holds them (the WAL was copied)."""
     import os
     import sqlite3
 
     from engage_sync.state.field_store_sql import store_sqlite_file
+    from engage_sync.state.schema import PAGE_SIZE
 
     state = StateStore.from_url(f"sqlite:///{tmp_path / 'state.db'}")
     log = tmp_path / "log.db"
-    rows = [(os.urandom(16), os.urandom(60)) for _ in range(20_000)]
+    state.engine.dispose()  # its last connection's close copies the schema into the file
+    rows = [(os.urandom(16), os.urandom(1_200)) for _ in range(20_000)]  # ≈ 24 MB
     db = sqlite3.connect(log)
     db.execute("CREATE TABLE log (user_key BLOB NOT NULL, digests BLOB NOT NULL)")
     db.executemany("INSERT INTO log VALUES (?, ?)", rows)
@@ -364,6 +365,8 @@ def test_a_helpers_write_is_said_committed_before_its_wal_is_copied_into_the_fil
     seen: list[tuple[int, int, int]] = []
 
     def committed(written: int) -> None:
+        wal_pages = os.path.getsize(tmp_path / "state.db-wal") // PAGE_SIZE
+        assert wal_pages > 1_000  # past the automatic checkpoint's 1,000 pages
         seen.append((written, len(_record(state)),
                      _fields_in_file_alone(tmp_path / "state.db", tmp_path / "during.db")))
 

@@ -155,7 +155,10 @@ class FieldHelper:
         self._enqueue(None)
         self._writer.join()
         assert self._proc.stdout is not None
-        if self._proc.stdout.readline() != STORED or self._broken is not None:
+        said = b""
+        while said != STORED and (said := self._proc.stdout.readline()):
+            pass  # a library's stray line is passed over; the end of the output is a failure
+        if said != STORED or self._broken is not None:
             self._proc.wait()
             self._fail()
         self._stored = True
