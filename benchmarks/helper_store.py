@@ -13,7 +13,7 @@ its variants, each on a fresh state file with another connection open (as the ru
   PostgreSQL) or `in the pass` (the store takes them in its one sorted pass, `with_log`);
 - `sorted source`: the helper's table already in key order (a WITHOUT ROWID table keyed
   (user_key, rowid)): no sort at the end, paid for by appending in key order during the run,
-  whose CPU the `append` lines give (8 MB of page cache, as the helper has);
+  whose CPU the `append` lines give (2 MB of page cache, as the helper has);
 - `as the helper runs it`: the store as the helper runs it since the eighteenth session
   (`committed`: the run goes on once the records are committed, the WAL's copy into the file
   follows), on a file of this release's page size and on one of SQLite's 4 KB;
@@ -46,7 +46,7 @@ from engage_sync.state.schema import PAGE_SIZE
 from engage_sync.state.store import StateStore
 
 INTEGRATION = "bench_attributes"
-CACHE = "cache_size=-8192"  # the helper's page cache while it appends (diff/helper.py)
+CACHE = "cache_size=-2048"  # the helper's page cache while it appends (diff/helper.py)
 
 
 def helper_file(path: str, records: list[tuple[bytes, bytes]], keyed: bool) -> float:
