@@ -149,7 +149,7 @@ class FieldHelper:
     def finish(self) -> None:
         """After the run's last settle (and its fold, unless `takes_log`): returns once the
         helper has committed its records; it may go on copying the state file's WAL into the
-        file (`reap` waits for that). Raises SyncError if it failed (then nothing of its
+        file (`stop` waits for that). Raises SyncError if it failed (then nothing of its
         records was written, and the log keeps what it would have taken)."""
         release_child(self._proc.pid)  # the run waits for it now: its sort may use every CPU
         self._enqueue(FINISH)
@@ -164,7 +164,7 @@ class FieldHelper:
             self._fail()
         self._stored = True
 
-    def reap(self) -> None:
+    def _reap(self) -> None:
         """After `finish`: wait for the helper's end. A helper that fails after its records
         were committed (its copy of the WAL) loses nothing: SQLite copies the WAL at a later
         commit; that is said as a warning."""
@@ -177,9 +177,9 @@ class FieldHelper:
 
     def stop(self) -> None:
         """The run ended another way: the helper records nothing (after `finish`: the same
-        as `reap`). The writer thread ends too, closing the pipe."""
+        as `_reap`). The writer thread ends too, closing the pipe."""
         if self._stored:
-            self.reap()
+            self._reap()
             return
         if self._proc.poll() is None:
             self._proc.kill()
