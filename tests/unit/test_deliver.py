@@ -359,3 +359,20 @@ def test_an_answer_cut_off_mid_body_is_in_doubt_and_its_connection_released() ->
     assert result.outcome.kind == "in_doubt" and "ReadError" in result.outcome.reason
     assert (result.attempts, result.doubtful_attempts) == (1, 1)
     assert [s.closed for s in streams] == [True]  # the connection went back to the pool
+
+
+def test_budget_holds_while_a_send_waits_for_its_rate_budget() -> None:
+    """What the send loop asks before it packs ahead (`SendLoop._packs_ahead`)."""
+    clock = FakeClock(start=0.0)
+    seen: list[bool] = []
+    budgets = RateBudgets(clock=clock.monotonic, wall=clock.time,
+                          sleep=lambda s: (seen.append(d.budget_holds()), clock.sleep(s)))
+    d = Deliverer(httpx.MockTransport(lambda r: reply(201, {"message": "success"})), KEY,
+                  budgets, base_url=BASE, sleep=clock.sleep, clock=clock.monotonic,
+                  wall=clock.time)
+    budgets.budget(BASE, "users_track", requests=1, per_seconds=3)
+    assert not d.budget_holds()
+    d.send(make_request())
+    assert seen == [] and not d.budget_holds()
+    d.send(make_request())  # waits 3 s for a slot
+    assert seen == [True] and not d.budget_holds()

@@ -327,3 +327,14 @@ def test_a_429_turns_the_budget_back_to_its_sliding_log() -> None:
     b.pause_until(clock.time())  # a 429 whose reset is already here: no pause, no more edges
     b.observe({"X-RateLimit-Reset": str(clock.time() + 1.0)})  # not followed again
     assert grants(b, clock, 1) == [pytest.approx(103.0)]
+
+
+def test_holding_is_said_while_a_request_sleeps_for_its_grant_and_only_then() -> None:
+    clock = FakeClock()
+    seen: list[bool] = []
+    b = RateBudget(2, 1.0, clock=clock.monotonic, wall=clock.time,
+                   sleep=lambda seconds: (seen.append(b.holding), clock.sleep(seconds)))
+    grants(b, clock, 2)
+    assert not b.holding and seen == []  # a grant at once is no hold
+    b.acquire()
+    assert seen == [True] and not b.holding

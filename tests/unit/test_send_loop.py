@@ -106,15 +106,17 @@ def segment(k: int, user: str) -> Outgoing:
 
 
 def loop(state: FakeState, deliverer: FakeDeliverer, group: bool = False,
-         in_flight: int = 4, admit: int | None = None,
-         on_settled: Any = None) -> tuple[SendLoop, dict[str, int]]:
-    """A send loop over the fakes; `admit`: an exact journal's group (default: its own)."""
+         in_flight: int = 4, admit: int | None = None, on_settled: Any = None,
+         holds: threading.Event | None = None) -> tuple[SendLoop, dict[str, int]]:
+    """A send loop over the fakes; `admit`: an exact journal's group (default: its own);
+    `holds`: set while the rate budget holds the requests in flight (default: never)."""
     counts = {"requests": 0, "synced": 0, "failed": 0, "in_doubt": 0}
     ctx = RunContext(run_id="run", integration="events", state=state,  # type: ignore[arg-type]
                      deliverer=deliverer, max_in_flight=in_flight,  # type: ignore[arg-type]
                      group_commits=group, resend_in_doubt=False, bulk=False,
                      may_move_cursor=lambda _: True, counts=counts, report=lambda: None,
-                     on_settled=on_settled)
+                     on_settled=on_settled,
+                     budget_holds=holds.is_set if holds is not None else bool)
     sender = SendLoop(ctx, Progress(None))
     if admit is not None:
         sender.admit = admit
@@ -402,3 +404,106 @@ def test_a_request_is_sent_in_the_context_of_the_thread_that_submitted_it() -> N
         run.reset(token)
     sender.close()
     assert seen == ["partition-0", "partition-1"]
+
+
+def _submitting(sender: SendLoop, ks: range) -> threading.Thread:
+    """Submits requests `ks` (user u<k>) in a thread of their own, started."""
+    thread = threading.Thread(target=lambda: [sender.submit(segment(k, f"u{k}"), k)
+                                              for k in ks])
+    thread.start()
+    return thread
+
+
+def test_while_the_rate_budget_holds_an_exact_journal_packs_ahead_unjournaled() -> None:
+    # r1-r4 fill the room and wait for the budget: r5-r20 are queued without waiting, none
+    # journaled; once the budget grants they leave in order, each journaled before it leaves
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gates = {f"r{k}": threading.Event() for k in range(1, 5)}
+    deliverer.gates.update(gates)
+    holds = threading.Event()
+    sender, counts = loop(state, deliverer, in_flight=4, holds=holds)
+    _submitting(sender, range(1, 5)).join(5)
+    holds.set()
+    packing = _submitting(sender, range(5, 21))
+    packing.join(5)
+    assert not packing.is_alive()  # it never waited for room
+    assert sorted(state.journaled) == [1, 2, 3, 4] and len(sender.queue) == 16
+    holds.clear()
+    for gate in gates.values():
+        gate.set()
+    sender.drain()
+    sender.close()
+    assert deliverer.sent == [f"r{k}" for k in range(1, 21)]
+    assert deliverer.unjournaled == 0 and state.overfull == 0
+    assert counts["synced"] == 20 and state.progress[-1] == (20,)
+
+
+def test_packing_ahead_stops_at_AHEAD_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(send_loop, "AHEAD", 6)
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gate = threading.Event()
+    deliverer.gates.update({f"r{k}": gate for k in range(1, 5)})
+    holds = threading.Event()
+    holds.set()
+    sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
+    _submitting(sender, range(1, 5)).join(5)
+    waiting = _submitting(sender, range(5, 12))
+    waiting.join(0.3)
+    assert waiting.is_alive() and len(sender.queue) == 6  # the 7th waits for room
+    holds.clear()
+    gate.set()
+    waiting.join(5)
+    sender.drain()
+    sender.close()
+    assert deliverer.sent == [f"r{k}" for k in range(1, 12)] and state.overfull == 0
+
+
+def test_a_loop_waiting_for_room_packs_ahead_once_the_budget_holds() -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gate = threading.Event()
+    deliverer.gates.update({f"r{k}": gate for k in range(1, 5)})
+    holds = threading.Event()
+    sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
+    _submitting(sender, range(1, 5)).join(5)
+    waiting = _submitting(sender, range(5, 7))  # a pair: waits for room for r5
+    waiting.join(0.2)
+    assert waiting.is_alive()
+    holds.set()  # the requests in flight now wait for the budget
+    waiting.join(1)
+    assert not waiting.is_alive() and sorted(state.journaled) == [1, 2, 3, 4]
+    holds.clear()
+    gate.set()
+    sender.drain()
+    sender.close()
+    assert deliverer.sent == [f"r{k}" for k in range(1, 7)]
+
+
+def test_an_acknowledged_request_is_settled_within_the_settle_wait_while_packing_ahead(
+        ) -> None:
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gate, first = threading.Event(), threading.Event()
+    deliverer.gates.update({f"r{k}": gate for k in range(2, 5)})
+    deliverer.gates["r1"] = first
+    holds = threading.Event()
+    sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
+    _submitting(sender, range(1, 5)).join(5)
+    holds.set()  # r2-r4 wait for the budget; r1 is answered now
+    first.set()
+    k = 5
+    deadline = time.monotonic() + 5
+    while 1 not in state.settled_at:  # packing ahead, one request every 10 ms
+        assert time.monotonic() < deadline
+        sender.submit(segment(k, f"u{k}"), k)
+        k += 1
+        time.sleep(0.01)
+    assert state.settled_at[1] - deliverer.answered_at["r1"] < SETTLE_WAIT + 0.05
+    assert sorted(state.journaled) == [1, 2, 3, 4] and k > 6  # settled while packing ahead
+    holds.clear()
+    gate.set()
+    sender.drain()
+    sender.close()
+    assert sorted(n for _, n in state.settled) == list(range(1, k))

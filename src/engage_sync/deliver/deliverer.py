@@ -197,6 +197,10 @@ class Deliverer:
         """The fatal outcome that stopped this deliverer, if any."""
         return self._fatal
 
+    def budget_holds(self) -> bool:
+        """A request of this deliverer's waits for its rate budget now (`RateBudget.holding`)."""
+        return any(budget.holding for budget in list(self._budget_cache.values()))
+
     def send(self, request: Request) -> Delivery:
         """Deliver one request; never raises for HTTP trouble, which becomes the outcome."""
         if self._fatal is not None:

@@ -141,6 +141,7 @@ class RateBudget:
         self._edge: float | None = None
         self._follow = True
         self._measured: float | None = None  # the slowest answer seen, from its grant
+        self._resting = 0  # requests sleeping for a grant (`holding`)
         self._refit()
 
     def __repr__(self) -> str:
@@ -217,9 +218,24 @@ class RateBudget:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
         waited = 0.0
         while (wait := self.try_acquire()) > 0:
-            self._sleep(wait)
+            self._rest(wait)
             waited += wait
         return waited
+
+    def _rest(self, seconds: float) -> None:
+        """Sleep `seconds` for a grant, counted in `holding` meanwhile."""
+        with self._lock:
+            self._resting += 1
+        try:
+            self._sleep(seconds)
+        finally:
+            with self._lock:
+                self._resting -= 1
+
+    @property
+    def holding(self) -> bool:
+        """A request waits for a grant now: the limit, not its sender, sets the pace."""
+        return self._resting > 0
 
     def pause_until(self, reset_epoch: float) -> None:
         """Grant nothing before `reset_epoch` (epoch seconds), e.g. after a 429."""

@@ -120,7 +120,7 @@ class SharedRateBudget(RateBudget):
                     self._expires = asked + block.lifetime
                     return waited
                 wait = max(wait + (want - 1) / block.rate, 1e-3)
-                self._sleep(wait)
+                self._rest(wait)
                 waited += wait
 
     def pause_until(self, reset_epoch: float) -> None:

@@ -323,7 +323,7 @@ class Run:
                                                              not moves),
             counts=self.counts, report=self.report, on_settled=self.stages.settled,
             names_duplicates=self.kind.names_duplicates(self.i),
-            owner=self.owner,
+            owner=self.owner, budget_holds=deliverer.budget_holds,
         ), progress)
 
     # opening -------------------------------------------------------------------------------

@@ -20,7 +20,13 @@ Invariants:
   and only while requests end more often than that (at the ceiling on loopback: 1M events,
   a third fewer transactions); a slower service's requests leave as soon as one ends;
 - an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room
-  (and ADMIT_WAIT more while it waits for room for a group).
+  (and ADMIT_WAIT more while it waits for room for a group), or while it packs ahead;
+- an exact journal packs ahead while the rate budget holds the requests in flight: up to
+  `AHEAD` requests are queued, unjournaled, instead of waiting for room, so that when the
+  budget grants they leave at the speed of journal and send, not of read and pack (1M events
+  at the ceiling, a flow run: 0.2 s less after the last window's edge with 500, 0.3 s with
+  1,000, for 25 and 53 MB more at the peak). Nothing queued is journaled, so a crash leaves
+  the same entries pending as before, and the cursor stops before the queued rows.
 """
 
 from __future__ import annotations
@@ -48,6 +54,10 @@ log = logging.getLogger("engage_sync.run.send_loop")
 
 GROUP = 32
 SETTLE_WAIT = 0.05  # seconds an acknowledged request may wait unsettled while the loop waits
+HOLD_LOOK = 0.002  # seconds between two looks at the rate budget while waiting for room
+AHEAD = 500  # requests an exact journal packs ahead (queued, not journaled) while the rate
+# budget holds the ones in flight (`SendLoop._packs_ahead`): about 50 KB each for events, per
+# send loop (a partitioned run has one per partition)
 ADMIT_WAIT = 0.005  # seconds admission may wait for room for more than one request, when
 # requests end more often than that (at the service's ceiling on loopback, one a millisecond)
 
@@ -79,6 +89,9 @@ class RunContext:
     """Resends of this run's requests may double rows (resend policy, kind not idempotent)."""
     owner: str | None = None
     """The run's owner: journal writes and settlements are fenced on it (`lease`)."""
+    budget_holds: Callable[[], bool] = lambda: False
+    """Whether a request in flight waits for the rate budget now (`Deliverer.budget_holds`;
+    the default: never)."""
 
 
 class SendLoop:
@@ -123,17 +136,35 @@ class SendLoop:
                                      key_values=values)
         self.progress.add(segment)
         self.queue.append(segment)
-        if len(self.queue) >= (self.group if self.group > 1 else self.admit):
+        if len(self.queue) >= (self.group if self.group > 1 else self.admit) \
+                and not self._packs_ahead():
             self._flush_queue()
 
-    def _flush_queue(self) -> None:
+    def _packs_ahead(self) -> bool:
+        """Exact journal: whether to pack the next request rather than send the queued ones,
+        which is so while fewer than AHEAD are queued and a request in flight waits for the
+        rate budget: the service's limit sets the pace then, not this thread, and what it packs
+        meanwhile leaves at the speed of journal and send once the budget grants. What ended
+        meanwhile is settled as while waiting for room (within SETTLE_WAIT)."""
+        if self.group > 1 or len(self.queue) >= AHEAD or not self.ctx.budget_holds():
+            return False
+        self._collect({f for f in self.in_flight if f.done()}, save=False)
+        if self.unsaved and time.monotonic() - self.unsaved_since >= SETTLE_WAIT:
+            self._save()
+        return True
+
+    def _flush_queue(self, whole: bool = False) -> None:
+        """Send the queue; an exact journal stops when it may pack ahead again, unless
+        `whole`."""
+        if self.group == 1:
+            while self.queue:
+                self.queue = self._admit(self.queue, may_pack=not whole)
+                if not whole and self._packs_ahead():
+                    return
+            return
         if not self.queue:
             return
         queue, self.queue = self.queue, []
-        if self.group == 1:
-            while queue:
-                queue = self._admit(queue)
-            return
         self.ctx.state.journal_pending(self.ctx.run_id, [s.entry for s in queue if s.entry],
                                        owner=self.ctx.owner)
         for segment in queue:
@@ -142,7 +173,7 @@ class SendLoop:
             if not self.halted:  # else journaled, never sent: the next run sends it
                 self._send(segment, users)
 
-    def _admit(self, queue: list[Outgoing]) -> list[Outgoing]:
+    def _admit(self, queue: list[Outgoing], may_pack: bool = False) -> list[Outgoing]:
         """Exact journal: once there is room for the first queued request, the longest prefix
         of `queue` there is room for now (the requests that ended taken first, without
         waiting), that shares no user with another of it or with a request in flight,
@@ -151,7 +182,8 @@ class SendLoop:
         self._collect({f for f in self.in_flight if f.done()}, save=False)
         first = self._users(queue[0])
         if not self.halted:
-            self._make_room(first)
+            if not self._make_room(first, may_pack):
+                return queue
             self._more_room(min(len(queue), self.admit))
         if self.halted:  # nothing more leaves: the queue is dropped, unjournaled
             self._save()
@@ -191,25 +223,33 @@ class SendLoop:
         assert segment.batch is not None
         return frozenset(u for item in segment.batch.items for u in users_of(item))
 
-    def _make_room(self, users: frozenset[str]) -> None:
+    def _make_room(self, users: frozenset[str], may_pack: bool = False) -> bool:
         """Wait until a request may be handed to the pool: none of its users submitted, and
         fewer than `max_in_flight` submitted when journaling is exact (so a pending entry is
         really in flight), or than max_in_flight + 2 groups otherwise (the pool's workers
-        bound real concurrency; the extra keeps them busy while the next group is packed)."""
+        bound real concurrency; the extra keeps them busy while the next group is packed).
+        With `may_pack`, returns False instead, looking every HOLD_LOOK, once the thread may
+        pack ahead (`_packs_ahead`); else True once there is room."""
         limit = self.ctx.max_in_flight + (2 * self.group if self.group > 1 else 0)
         while self.in_flight and (len(self.in_flight) >= limit
                                   or any(u in self.users for u in users)):
-            if self.group == 1 and self.unsaved:
-                # an acknowledged request waits unsettled at most SETTLE_WAIT from its answer
-                # (others ending meanwhile are settled with it), not on a slow request
-                left = self.unsaved_since + SETTLE_WAIT - time.monotonic()
-                done = wait(self.in_flight, left, FIRST_COMPLETED).done if left > 0 else set()
-                if not done:
-                    self._save()
-                self._collect(done, save=False)
+            if self.group > 1:
+                self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
                 continue
-            self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done,
-                          save=self.group > 1)
+            if may_pack and self._packs_ahead():
+                return False
+            # an acknowledged request waits unsettled at most SETTLE_WAIT from its answer
+            # (others ending meanwhile are settled with it), not on a slow request
+            left = HOLD_LOOK if may_pack else None
+            if self.unsaved:
+                settle_in = self.unsaved_since + SETTLE_WAIT - time.monotonic()
+                left = settle_in if left is None else min(left, settle_in)
+            done = wait(self.in_flight, left, FIRST_COMPLETED).done \
+                if left is None or left > 0 else set()
+            if self.unsaved and time.monotonic() >= self.unsaved_since + SETTLE_WAIT:
+                self._save()
+            self._collect(done, save=False)
+        return True
 
     def _send(self, segment: Outgoing, users: frozenset[str]) -> None:
         batch = segment.batch
@@ -304,7 +344,7 @@ class SendLoop:
     def drain(self) -> None:
         """Send what is queued, wait for everything in flight, save; raises FatalStop after a
         401 or 403 once everything sent is settled."""
-        self._flush_queue()
+        self._flush_queue(whole=True)
         while self.in_flight:
             self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
         self._save()
