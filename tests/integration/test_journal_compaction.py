@@ -125,3 +125,32 @@ def test_a_backfill_reads_single_and_merged_entries_a_few_at_a_time(
     assert state_both.engine.pool.checkedout() == 1
     stream.close()
     assert state_both.engine.pool.checkedout() == 0
+
+
+def test_a_run_compacted_while_it_sends_keeps_a_pending_entry_and_merges_nothing_twice(
+        state_both: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idle work of a run the rate budget holds (`SendLoop._idle`): requests 1-20 settled,
+    21 still in flight. 1-20 merge, 21 stays pending, as the journal must name it after a
+    kill; at the end 21-40 merge into a second entry, and the first is not read again."""
+    monkeypatch.setattr(journal_module, "MERGED_ITEMS", ITEMS)  # more than one request's
+    state = state_both
+    run = state.open_run("events", "incremental", None, None)
+    entries = [_entry(i + 1, i) for i in range(40)]
+    state.journal_pending(run, entries[:21])
+    state.settle(run, "events", [Settlement(e.req_no, "acked", ITEMS) for e in entries[:20]],
+                 progress=None)
+    assert state.compact_journal(run) == 19
+    assert [(r.req_no, r.item_count) for r in _rows(state, run)] == [(1, 20 * ITEMS),
+                                                                     (21, ITEMS)]
+    assert [e.req_no for e in state.journal_entries(run) if e.state == "pending"] == [21]
+    first = _rows(state, run)[0]
+    state.journal_pending(run, entries[21:])
+    state.settle(run, "events", [Settlement(e.req_no, "acked", ITEMS) for e in entries[20:]],
+                 progress=None)
+    state.finish_run(run, "success")
+    rows = _rows(state, run)
+    assert [r.req_no for r in rows] == [1, 21] and rows[0] == first
+    keys = [k for b in range(40) for k in _entry(0, b).keys or ()]
+    assert [k for r in rows for k in json.loads(r.item_keys)] == keys
+    assert sum(r.synced for r in rows) == 40 * ITEMS
+    assert _chained(state.settled_ranges("events", ["incremental"]), _at(40))

@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engage_sync.cursor.progress import encode_cursor
-from engage_sync.state.journal import _mergeable, _parts, _stretches, json_text, merged_keys
+from engage_sync.state.journal import (
+    MERGED_ITEMS,
+    _mergeable,
+    _parts,
+    _stretches,
+    json_text,
+    merged_keys,
+)
 
 
 def test_keys_of_merged_entries_are_all_of_them_in_order() -> None:
@@ -70,6 +77,7 @@ class _Entry(NamedTuple):
     state: str = "acked"
     failed: int = 0
     in_doubt: int = 0
+    item_count: int = 75
 
 
 def _at(n: int) -> str | None:
@@ -98,6 +106,13 @@ def test_an_entry_in_doubt_or_with_failures_stands_alone() -> None:
     rows[1] = rows[1]._replace(state="in_doubt", in_doubt=3)
     rows[3] = rows[3]._replace(failed=1)
     assert [[r.req_no for r in g] for g in _mergeable(rows)] == [[1], [2], [3], [4]]
+
+
+def test_an_entry_merged_before_is_not_merged_again() -> None:
+    # compacted while the run sent: (0, 20] is one merged entry; (20, 40] merges apart from it
+    rows = _layout((0, 20), (20, 30), (30, 40))
+    rows[0] = rows[0]._replace(item_count=MERGED_ITEMS + 1)
+    assert [[r.req_no for r in g] for g in _mergeable(rows)] == [[1], [2, 3]]
 
 
 @pytest.mark.parametrize(("numbers", "stretches"), [

@@ -107,16 +107,18 @@ def segment(k: int, user: str) -> Outgoing:
 
 def loop(state: FakeState, deliverer: FakeDeliverer, group: bool = False,
          in_flight: int = 4, admit: int | None = None, on_settled: Any = None,
-         holds: threading.Event | None = None) -> tuple[SendLoop, dict[str, int]]:
+         holds: threading.Event | None = None,
+         idle: Any = None) -> tuple[SendLoop, dict[str, int]]:
     """A send loop over the fakes; `admit`: an exact journal's group (default: its own);
-    `holds`: set while the rate budget holds the requests in flight (default: never)."""
+    `holds`: set while the rate budget holds the requests in flight (default: never);
+    `idle`: the context's idle work."""
     counts = {"requests": 0, "synced": 0, "failed": 0, "in_doubt": 0}
     ctx = RunContext(run_id="run", integration="events", state=state,  # type: ignore[arg-type]
                      deliverer=deliverer, max_in_flight=in_flight,  # type: ignore[arg-type]
                      group_commits=group, resend_in_doubt=False, bulk=False,
                      may_move_cursor=lambda _: True, counts=counts, report=lambda: None,
                      on_settled=on_settled,
-                     budget_holds=holds.is_set if holds is not None else bool)
+                     budget_holds=holds.is_set if holds is not None else bool, idle=idle)
     sender = SendLoop(ctx, Progress(None))
     if admit is not None:
         sender.admit = admit
@@ -507,3 +509,32 @@ def test_an_acknowledged_request_is_settled_within_the_settle_wait_while_packing
     sender.drain()
     sender.close()
     assert sorted(n for _, n in state.settled) == list(range(1, k))
+
+
+def test_idle_work_is_done_while_the_budget_holds_a_full_queue_once_per_IDLE_EVERY(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(send_loop, "AHEAD", 2)
+    monkeypatch.setattr(send_loop, "IDLE_EVERY", 3)
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gate = threading.Event()
+    deliverer.gates.update({f"r{k}": gate for k in range(7, 11)})
+    holds = threading.Event()
+    idled = threading.Event()
+    calls: list[int] = []
+    sender, _ = loop(state, deliverer, in_flight=4, holds=holds,
+                     idle=lambda: (calls.append(sender.settled), idled.set()))
+    _submitting(sender, range(1, 7)).join(5)  # answered at once
+    _submitting(sender, range(7, 11)).join(5)  # r7-r10 wait for the budget
+    assert calls == []  # the budget never held
+    holds.set()
+    waiting = _submitting(sender, range(11, 13))  # the queue full: waits for room
+    assert idled.wait(5) and waiting.is_alive()
+    time.sleep(0.05)  # looks every HOLD_LOOK: nothing settled since, so no second round
+    assert len(calls) == 1 and calls[0] >= 3
+    holds.clear()
+    gate.set()
+    waiting.join(5)
+    sender.drain()
+    sender.close()
+    assert deliverer.sent == [f"r{k}" for k in range(1, 13)]

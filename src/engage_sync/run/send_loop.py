@@ -26,7 +26,9 @@ Invariants:
   budget grants they leave at the speed of journal and send, not of read and pack (1M events
   at the ceiling, a flow run: 0.2 s less after the last window's edge with 500, 0.3 s with
   1,000, for 25 and 53 MB more at the peak). Nothing queued is journaled, so a crash leaves
-  the same entries pending as before, and the cursor stops before the queued rows.
+  the same entries pending as before, and the cursor stops before the queued rows. With the
+  queue full and the budget still holding, the loop does the run's idle work (`RunContext.idle`:
+  the journal compacted so far) once per IDLE_EVERY requests settled.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ log = logging.getLogger("engage_sync.run.send_loop")
 
 GROUP = 32
 SETTLE_WAIT = 0.05  # seconds an acknowledged request may wait unsettled while the loop waits
+IDLE_EVERY = 1000  # requests settled between two rounds of idle work (`RunContext.idle`)
 HOLD_LOOK = 0.002  # seconds between two looks at the rate budget while waiting for room
 AHEAD = 500  # requests an exact journal packs ahead (queued, not journaled) while the rate
 # budget holds the ones in flight (`SendLoop._packs_ahead`): about 50 KB each for events, per
@@ -92,6 +95,9 @@ class RunContext:
     budget_holds: Callable[[], bool] = lambda: False
     """Whether a request in flight waits for the rate budget now (`Deliverer.budget_holds`;
     the default: never)."""
+    idle: Callable[[], object] | None = None
+    """Work done while the rate budget holds and nothing more may be packed ahead, once per
+    IDLE_EVERY requests settled at most (the run's journal compacted so far)."""
 
 
 class SendLoop:
@@ -114,6 +120,7 @@ class SendLoop:
         self.fatal: str | None = None
         self.stopped: RateBudgetUnavailable | None = None
         self.unsent: list[int] = []  # journaled, then kept from leaving by a stop
+        self.settled = self.idle_at = 0  # requests settled; and when the idle work was done
         self.spacing = 2 * ADMIT_WAIT  # seconds between two requests' ends (a running mean)
         self.last_end = time.monotonic()
 
@@ -152,6 +159,15 @@ class SendLoop:
         if self.unsaved and time.monotonic() - self.unsaved_since >= SETTLE_WAIT:
             self._save()
         return True
+
+    def _idle(self) -> None:
+        """The context's idle work, when IDLE_EVERY requests were settled since it was last
+        done and the rate budget holds (the queue is full: `_packs_ahead` said no)."""
+        if self.ctx.idle is None or self.settled - self.idle_at < IDLE_EVERY \
+                or not self.ctx.budget_holds():
+            return
+        self.idle_at = self.settled
+        self.ctx.idle()
 
     def _flush_queue(self, whole: bool = False) -> None:
         """Send the queue; an exact journal stops when it may pack ahead again, unless
@@ -238,6 +254,8 @@ class SendLoop:
                 continue
             if may_pack and self._packs_ahead():
                 return False
+            if may_pack:
+                self._idle()
             # an acknowledged request waits unsettled at most SETTLE_WAIT from its answer
             # (others ending meanwhile are settled with it), not on a slow request
             left = HOLD_LOOK if may_pack else None
@@ -322,6 +340,7 @@ class SendLoop:
             acked_rows=acked, acked_fields=self._fields(),
             points=sum(i.points for i in delivered), owner=self.ctx.owner, pending=pending)
         saved, self.unsaved = self.unsaved, []  # settled: never again, whatever a hook raises
+        self.settled += len(saved)
         if self.ctx.on_settled is not None:
             self.ctx.on_settled(
                 delivered, [i for s, t in saved if t.state == "in_doubt" and s.batch

@@ -5,8 +5,9 @@ Part of `StateStore` (a mixin using only `self.engine`); the functions taking a 
 are the pieces of the store's transactions that also write runs and row errors. Invariants:
 - entries of one run cover contiguous ranges of the source order: entry n covers rows with
   cursor in (end of entry n-1, end of entry n];
-- compacting a finished run's journal keeps its ranges and its counts, and writes no merged
-  entry whose item keys pass `MERGED_KEYS_CHARS` (an entry over it stays as it was).
+- compacting a run's journal (finished, or while it runs: its settled stretches) keeps its
+  ranges and its counts, merges only entries not merged before, and writes no merged entry
+  whose item keys pass `MERGED_KEYS_CHARS` (an entry over it stays as it was).
 """
 
 from __future__ import annotations
@@ -172,12 +173,13 @@ class Journal:
                                None if r[2] is None else json.loads(r[2]))
 
     def compact_journal(self, run_id: str, max_chars: int = MERGED_KEYS_CHARS) -> int:
-        """Merge a finished run's acknowledged, error-free requests that follow each other in
-        the source order into one entry per `max_chars` of item keys: the ranges (which
-        backfills consult) and the counts stay the same, and the journal keeps a row per
-        stretch of the run, not one per request. The keys are read once, `KEYS_FETCHED`
-        entries at a time (never the whole run's at once). Returns the number of entries
-        removed."""
+        """Merge a run's acknowledged, error-free requests that follow each other in the
+        source order (and were not merged before) into one entry per `max_chars` of item keys:
+        the ranges (which backfills and a resumed run consult) and the counts stay the same,
+        and the journal keeps a row per stretch of the run, not one per request. Safe while
+        the run sends: a pending entry is merged with none. The keys are read once,
+        `KEYS_FETCHED` entries at a time (never the whole run's at once). Returns the number
+        of entries removed."""
         with self.engine.begin() as conn:
             rows = conn.execute(sa.select(
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
@@ -261,20 +263,27 @@ def _in_source_order(rows: Sequence[Any]) -> Sequence[Any]:
     return rows if chained else sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
 
 
+def _fresh(r: Any) -> bool:
+    """An entry compaction may merge: acked, error-free, and not merged before."""
+    return bool(r.state == "acked" and not r.failed and not r.in_doubt
+                and r.item_count <= MERGED_ITEMS)
+
+
 def _mergeable(rows: Sequence[Any]) -> list[list[Any]]:
-    """Entries (in journal order) in source order, grouped: a group is acked, error-free
-    entries that follow each other (a range ending where the next starts); any other entry is
-    a group alone (`_parts` then cuts a group by the size of its keys)."""
+    """Entries (in journal order) in source order, grouped: a group is `_fresh` entries that
+    follow each other (a range ending where the next starts); any other entry is a group alone
+    (`_parts` then cuts a group by the size of its keys). An entry merged before is never read
+    again: a run compacted while it runs keeps an entry per stretch compacted."""
     ordered = _in_source_order(rows)
     groups: list[list[Any]] = []
+    prev: Any = None
     for r in ordered:
-        clean = r.state == "acked" and not r.failed and not r.in_doubt
-        prev = groups[-1][-1] if groups else None
-        if (clean and prev is not None and prev.state == "acked" and not prev.failed
-                and not prev.in_doubt and r.start_cursor == prev.end_cursor):
+        if (prev is not None and r.start_cursor == prev.end_cursor and _fresh(r)
+                and _fresh(prev)):
             groups[-1].append(r)
         else:
             groups.append([r])
+        prev = r
     return groups
 
 
