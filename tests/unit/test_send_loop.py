@@ -410,20 +410,37 @@ def test_a_request_is_sent_in_the_context_of_the_thread_that_submitted_it() -> N
 
 def _submitting(sender: SendLoop, ks: range) -> threading.Thread:
     """Submits requests `ks` (user u<k>) in a thread of their own, started."""
-    thread = threading.Thread(target=lambda: [sender.submit(segment(k, f"u{k}"), k)
-                                              for k in ks])
+    def submit() -> None:
+        for k in ks:
+            sender.submit(segment(k, f"u{k}"), k)
+
+    thread = threading.Thread(target=submit)
     thread.start()
     return thread
+
+
+def _held(ks: range) -> tuple[FakeState, FakeDeliverer, threading.Event, threading.Event]:
+    """The fakes, with requests `ks` answered only once the returned gate opens; and the event
+    set while the rate budget holds (clear)."""
+    state = FakeState()
+    deliverer = FakeDeliverer(state)
+    gate = threading.Event()
+    deliverer.gates.update({f"r{k}": gate for k in ks})
+    return state, deliverer, gate, threading.Event()
+
+
+def _released(sender: SendLoop, holds: threading.Event, gate: threading.Event) -> None:
+    """The budget grants and the held requests are answered; everything sent and settled."""
+    holds.clear()
+    gate.set()
+    sender.drain()
+    sender.close()
 
 
 def test_while_the_rate_budget_holds_an_exact_journal_packs_ahead_unjournaled() -> None:
     # r1-r4 fill the room and wait for the budget: r5-r20 are queued without waiting, none
     # journaled; once the budget grants they leave in order, each journaled before it leaves
-    state = FakeState()
-    deliverer = FakeDeliverer(state)
-    gates = {f"r{k}": threading.Event() for k in range(1, 5)}
-    deliverer.gates.update(gates)
-    holds = threading.Event()
+    state, deliverer, gate, holds = _held(range(1, 5))
     sender, counts = loop(state, deliverer, in_flight=4, holds=holds)
     _submitting(sender, range(1, 5)).join(5)
     holds.set()
@@ -431,11 +448,7 @@ def test_while_the_rate_budget_holds_an_exact_journal_packs_ahead_unjournaled() 
     packing.join(5)
     assert not packing.is_alive()  # it never waited for room
     assert sorted(state.journaled) == [1, 2, 3, 4] and len(sender.queue) == 16
-    holds.clear()
-    for gate in gates.values():
-        gate.set()
-    sender.drain()
-    sender.close()
+    _released(sender, holds, gate)
     assert deliverer.sent == [f"r{k}" for k in range(1, 21)]
     assert deliverer.unjournaled == 0 and state.overfull == 0
     assert counts["synced"] == 20 and state.progress[-1] == (20,)
@@ -443,11 +456,7 @@ def test_while_the_rate_budget_holds_an_exact_journal_packs_ahead_unjournaled() 
 
 def test_packing_ahead_stops_at_AHEAD_queued(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(send_loop, "AHEAD", 6)
-    state = FakeState()
-    deliverer = FakeDeliverer(state)
-    gate = threading.Event()
-    deliverer.gates.update({f"r{k}": gate for k in range(1, 5)})
-    holds = threading.Event()
+    state, deliverer, gate, holds = _held(range(1, 5))
     holds.set()
     sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
     _submitting(sender, range(1, 5)).join(5)
@@ -457,17 +466,12 @@ def test_packing_ahead_stops_at_AHEAD_queued(monkeypatch: pytest.MonkeyPatch) ->
     holds.clear()
     gate.set()
     waiting.join(5)
-    sender.drain()
-    sender.close()
+    _released(sender, holds, gate)
     assert deliverer.sent == [f"r{k}" for k in range(1, 12)] and state.overfull == 0
 
 
 def test_a_loop_waiting_for_room_packs_ahead_once_the_budget_holds() -> None:
-    state = FakeState()
-    deliverer = FakeDeliverer(state)
-    gate = threading.Event()
-    deliverer.gates.update({f"r{k}": gate for k in range(1, 5)})
-    holds = threading.Event()
+    state, deliverer, gate, holds = _held(range(1, 5))
     sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
     _submitting(sender, range(1, 5)).join(5)
     waiting = _submitting(sender, range(5, 7))  # a pair: waits for room for r5
@@ -476,21 +480,14 @@ def test_a_loop_waiting_for_room_packs_ahead_once_the_budget_holds() -> None:
     holds.set()  # the requests in flight now wait for the budget
     waiting.join(1)
     assert not waiting.is_alive() and sorted(state.journaled) == [1, 2, 3, 4]
-    holds.clear()
-    gate.set()
-    sender.drain()
-    sender.close()
+    _released(sender, holds, gate)
     assert deliverer.sent == [f"r{k}" for k in range(1, 7)]
 
 
 def test_an_acknowledged_request_is_settled_within_the_settle_wait_while_packing_ahead(
         ) -> None:
-    state = FakeState()
-    deliverer = FakeDeliverer(state)
-    gate, first = threading.Event(), threading.Event()
-    deliverer.gates.update({f"r{k}": gate for k in range(2, 5)})
-    deliverer.gates["r1"] = first
-    holds = threading.Event()
+    state, deliverer, gate, holds = _held(range(2, 5))
+    deliverer.gates["r1"] = first = threading.Event()
     sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
     _submitting(sender, range(1, 5)).join(5)
     holds.set()  # r2-r4 wait for the budget; r1 is answered now
@@ -504,10 +501,7 @@ def test_an_acknowledged_request_is_settled_within_the_settle_wait_while_packing
         time.sleep(0.01)
     assert state.settled_at[1] - deliverer.answered_at["r1"] < SETTLE_WAIT + 0.05
     assert sorted(state.journaled) == [1, 2, 3, 4] and k > 6  # settled while packing ahead
-    holds.clear()
-    gate.set()
-    sender.drain()
-    sender.close()
+    _released(sender, holds, gate)
     assert sorted(n for _, n in state.settled) == list(range(1, k))
 
 
@@ -515,15 +509,15 @@ def test_idle_work_is_done_while_the_budget_holds_a_full_queue_once_per_IDLE_EVE
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(send_loop, "AHEAD", 2)
     monkeypatch.setattr(send_loop, "IDLE_EVERY", 3)
-    state = FakeState()
-    deliverer = FakeDeliverer(state)
-    gate = threading.Event()
-    deliverer.gates.update({f"r{k}": gate for k in range(7, 11)})
-    holds = threading.Event()
+    state, deliverer, gate, holds = _held(range(7, 11))
     idled = threading.Event()
     calls: list[int] = []
-    sender, _ = loop(state, deliverer, in_flight=4, holds=holds,
-                     idle=lambda: (calls.append(sender.settled), idled.set()))
+
+    def idle() -> None:
+        calls.append(sender.settled)
+        idled.set()
+
+    sender, _ = loop(state, deliverer, in_flight=4, holds=holds, idle=idle)
     _submitting(sender, range(1, 7)).join(5)  # answered at once
     _submitting(sender, range(7, 11)).join(5)  # r7-r10 wait for the budget
     assert calls == []  # the budget never held
@@ -535,6 +529,5 @@ def test_idle_work_is_done_while_the_budget_holds_a_full_queue_once_per_IDLE_EVE
     holds.clear()
     gate.set()
     waiting.join(5)
-    sender.drain()
-    sender.close()
+    _released(sender, holds, gate)
     assert deliverer.sent == [f"r{k}" for k in range(1, 13)]
