@@ -61,7 +61,7 @@ def test_a_finished_runs_journal_is_a_row_per_stretch_between_requests_in_doubt(
         state_both: StateStore) -> None:
     run, keys = _journaled(state_both, list(range(40)), in_doubt=frozenset({21}))
     rows = _rows(state_both, run)
-    assert [r.req_no for r in rows] == [1, 21, 22]
+    assert [r.req_no for r in rows] == [20, 21, 40]  # each stretch keeps its last number
     assert [k for r in rows for k in json.loads(r.item_keys)] == keys
 
 
@@ -97,13 +97,14 @@ def test_a_resumed_runs_journal_out_of_source_order_keeps_its_keys_in_source_ord
         state_both: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """A resume journaled later blocks before earlier ones: the parts follow the source
     order. Requests 1, 2, 5 and 6 (blocks 0-3) merge, their keys read by number (3 and 4 are
-    not theirs: request 3, block 4, is in doubt); 4 and 7 (blocks 5 and 6) merge."""
+    not theirs: request 3, block 4, is in doubt) into 6, their highest number; 4 and 7
+    (blocks 5 and 6) into 7."""
     monkeypatch.setattr(journal_module, "KEYS_FETCHED", 2)
     run, keys = _journaled(state_both, [0, 1, 4, 5, 2, 3, 6], in_doubt=frozenset({3}))
-    rows = _rows(state_both, run)
-    assert [r.req_no for r in rows] == [1, 3, 4]
-    assert [k for r in rows for k in json.loads(r.item_keys)] == keys
-    assert [r.item_count for r in rows] == [4 * ITEMS, ITEMS, 2 * ITEMS]
+    rows = {r.req_no: r for r in _rows(state_both, run)}
+    assert list(rows) == [3, 6, 7]
+    assert [k for n in (6, 3, 7) for k in json.loads(rows[n].item_keys)] == keys
+    assert [rows[n].item_count for n in (6, 3, 7)] == [4 * ITEMS, ITEMS, 2 * ITEMS]
     assert _chained(state_both.settled_ranges("events", ["incremental"]), _at(7))
 
 
@@ -140,7 +141,7 @@ def test_a_run_compacted_while_it_sends_keeps_a_pending_entry_and_merges_nothing
     state.settle(run, "events", [Settlement(e.req_no, "acked", ITEMS) for e in entries[:20]],
                  progress=None)
     assert state.compact_journal(run) == 19
-    assert [(r.req_no, r.item_count) for r in _rows(state, run)] == [(1, 20 * ITEMS),
+    assert [(r.req_no, r.item_count) for r in _rows(state, run)] == [(20, 20 * ITEMS),
                                                                      (21, ITEMS)]
     assert [e.req_no for e in state.journal_entries(run) if e.state == "pending"] == [21]
     first = _rows(state, run)[0]
@@ -149,8 +150,36 @@ def test_a_run_compacted_while_it_sends_keeps_a_pending_entry_and_merges_nothing
                  progress=None)
     state.finish_run(run, "success")
     rows = _rows(state, run)
-    assert [r.req_no for r in rows] == [1, 21] and rows[0] == first
+    assert [r.req_no for r in rows] == [20, 40] and rows[0] == first
     keys = [k for b in range(40) for k in _entry(0, b).keys or ()]
     assert [k for r in rows for k in json.loads(r.item_keys)] == keys
     assert sum(r.synced for r in rows) == 40 * ITEMS
     assert _chained(state.settled_ranges("events", ["incremental"]), _at(40))
+
+
+def test_a_compaction_keeps_the_runs_highest_request_number(state_both: StateStore) -> None:
+    """Request 6 in flight, 7 and 8 acknowledged when the run compacts while it sends: 7-8
+    merge into 8, so a run resumed after a crash (which numbers its requests after its highest
+    settled one) never numbers a request 8 again, whose row errors would collide."""
+    state = state_both
+    run = state.open_run("events", "incremental", None, None)
+    entries = [_entry(i + 1, i) for i in range(8)]
+    state.journal_pending(run, entries)
+    state.settle(run, "events", [Settlement(e.req_no, "acked", ITEMS) for e in entries
+                                 if e.req_no != 6], progress=None)
+    state.compact_journal(run)
+    done = [e.req_no for e in state.journal_entries(run) if e.state != "pending"]
+    assert sorted(done) == [5, 8] and max(done) == 8
+    assert [r.req_no for r in _rows(state, run)] == [5, 6, 8]
+
+
+def test_a_compaction_by_an_owner_that_lost_the_run_writes_nothing(
+        state_both: StateStore) -> None:
+    from engage_sync.errors import LeaseLost
+
+    state = state_both
+    run, _ = _journaled(state, list(range(4)), finish=False)
+    before = _rows(state, run)
+    with pytest.raises(LeaseLost):
+        state.compact_journal(run, owner="another-process")
+    assert _rows(state, run) == before

@@ -531,3 +531,34 @@ def test_idle_work_is_done_while_the_budget_holds_a_full_queue_once_per_IDLE_EVE
     waiting.join(5)
     _released(sender, holds, gate)
     assert deliverer.sent == [f"r{k}" for k in range(1, 13)]
+
+
+def test_idle_work_that_fails_is_logged_and_the_run_goes_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Housekeeping (the journal compacted early) is redone at the run's end: its failure
+    costs the run nothing; what was acknowledged is settled before it starts."""
+    monkeypatch.setattr(send_loop, "AHEAD", 2)
+    monkeypatch.setattr(send_loop, "IDLE_EVERY", 1)
+    state, deliverer, gate, holds = _held(range(3, 7))
+    unsaved_at_idle: list[int] = []
+
+    def idle() -> None:
+        unsaved_at_idle.append(len(sender.unsaved))
+        raise ValueError("a journal entry's item keys are not a JSON array")
+
+    sender, _ = loop(state, deliverer, in_flight=4, holds=holds, idle=idle)
+    _submitting(sender, range(1, 3)).join(5)  # answered at once
+    _submitting(sender, range(3, 7)).join(5)  # r3-r6 wait for the budget
+    holds.set()
+    waiting = _submitting(sender, range(7, 9))
+    deadline = time.monotonic() + 5
+    while not unsaved_at_idle:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    holds.clear()
+    gate.set()
+    waiting.join(5)
+    _released(sender, holds, gate)
+    assert unsaved_at_idle[0] == 0 and "the idle work failed" in caplog.text
+    assert deliverer.sent == [f"r{k}" for k in range(1, 9)]
+    assert sorted(n for _, n in state.settled) == list(range(1, 9))

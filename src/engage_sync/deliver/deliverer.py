@@ -198,7 +198,8 @@ class Deliverer:
         return self._fatal
 
     def budget_holds(self) -> bool:
-        """A request of this deliverer's waits for its rate budget now (`RateBudget.holding`)."""
+        """A request waits for one of this deliverer's rate budgets now (`RateBudget.holding`;
+        a budget is shared by every deliverer of the process to the same service and group)."""
         return any(budget.holding for budget in list(self._budget_cache.values()))
 
     def send(self, request: Request) -> Delivery:

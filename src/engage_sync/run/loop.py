@@ -324,7 +324,7 @@ class Run:
             counts=self.counts, report=self.report, on_settled=self.stages.settled,
             names_duplicates=self.kind.names_duplicates(self.i),
             owner=self.owner, budget_holds=deliverer.budget_holds,
-            idle=lambda: self.deps.state.compact_journal(self.run_id),
+            idle=lambda: self.deps.state.compact_journal(self.run_id, owner=self.owner),
         ), progress)
 
     # opening -------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from typing import Any
 
 from engage_sync.cursor.progress import Cursor, Progress, digest
 from engage_sync.deliver.deliverer import Deliverer
-from engage_sync.errors import FatalDeliveryError, RateBudgetUnavailable, RunStopped
+from engage_sync.errors import FatalDeliveryError, LeaseLost, RateBudgetUnavailable, RunStopped
 from engage_sync.items import Item, users_of
 from engage_sync.pack.request import Request
 from engage_sync.read.reader import key_values
@@ -57,7 +57,7 @@ log = logging.getLogger("engage_sync.run.send_loop")
 GROUP = 32
 SETTLE_WAIT = 0.05  # seconds an acknowledged request may wait unsettled while the loop waits
 IDLE_EVERY = 1000  # requests settled between two rounds of idle work (`RunContext.idle`)
-HOLD_LOOK = 0.002  # seconds between two looks at the rate budget while waiting for room
+HOLD_LOOK = 0.01  # seconds between two looks at the rate budget while waiting for room
 AHEAD = 500  # requests an exact journal packs ahead (queued, not journaled) while the rate
 # budget holds the ones in flight (`SendLoop._packs_ahead`): about 50 KB each for events, per
 # send loop (a partitioned run has one per partition)
@@ -167,7 +167,15 @@ class SendLoop:
                 or not self.ctx.budget_holds():
             return
         self.idle_at = self.settled
-        self.ctx.idle()
+        if self.unsaved:  # settled first: the idle work may take longer than SETTLE_WAIT
+            self._save()
+        try:
+            self.ctx.idle()
+        except LeaseLost:
+            raise
+        except Exception as exc:  # housekeeping: the run's end does it again
+            log.warning("[%s] the idle work failed, left to the run's end: %s",
+                        self.ctx.integration, exc)
 
     def _flush_queue(self, whole: bool = False) -> None:
         """Send the queue; an exact journal stops when it may pack ahead again, unless

@@ -6,8 +6,9 @@ are the pieces of the store's transactions that also write runs and row errors. 
 - entries of one run cover contiguous ranges of the source order: entry n covers rows with
   cursor in (end of entry n-1, end of entry n];
 - compacting a run's journal (finished, or while it runs: its settled stretches) keeps its
-  ranges and its counts, merges only entries not merged before, and writes no merged entry
-  whose item keys pass `MERGED_KEYS_CHARS` (an entry over it stays as it was).
+  ranges, its counts and its highest request number, never merges an entry of more than
+  `MERGED_ITEMS` items again, and writes no merged entry whose item keys pass
+  `MERGED_KEYS_CHARS` (an entry over it stays as it was).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from engage_sync.cursor.progress import decode_cursor, encode_cursor
 from engage_sync.state.partitions import own_runs
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.row_errors import request_position
+from engage_sync.state.runs import update_run
 from engage_sync.state.schema import SETTLED, journal, retries, runs
 
 MERGED_KEYS_CHARS = 8_000_000
@@ -172,15 +174,18 @@ class Journal:
                         yield (decode_cursor(r[0]), decode_cursor(r[1]) or (),
                                None if r[2] is None else json.loads(r[2]))
 
-    def compact_journal(self, run_id: str, max_chars: int = MERGED_KEYS_CHARS) -> int:
+    def compact_journal(self, run_id: str, max_chars: int = MERGED_KEYS_CHARS,
+                        owner: str | None = None) -> int:
         """Merge a run's acknowledged, error-free requests that follow each other in the
-        source order (and were not merged before) into one entry per `max_chars` of item keys:
-        the ranges (which backfills and a resumed run consult) and the counts stay the same,
-        and the journal keeps a row per stretch of the run, not one per request. Safe while
-        the run sends: a pending entry is merged with none. The keys are read once,
-        `KEYS_FETCHED` entries at a time (never the whole run's at once). Returns the number
-        of entries removed."""
+        source order (`_fresh`) into one entry per `max_chars` of item keys, the entry of the
+        part's highest request number: the ranges (which backfills and a resumed run consult)
+        and the counts stay the same, the journal keeps a row per stretch of the run, not one
+        per request, and a resumed run, which numbers its requests after its highest settled
+        one, never numbers one again. Safe while the run sends: a pending entry is merged with
+        none; fenced on `owner` if given. The keys are read once, `KEYS_FETCHED` entries at a
+        time (never the whole run's at once). Returns the number of entries removed."""
         with self.engine.begin() as conn:
+            update_run(conn, run_id, owner)
             rows = conn.execute(sa.select(
                 journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
                 journal.c.state, journal.c.failed, journal.c.in_doubt,
@@ -192,14 +197,16 @@ class Journal:
                     if len(part) < 2:
                         continue
                     entries = [r for r, _ in part]
+                    kept = max(r.req_no for r in entries)
                     conn.execute(journal.update().where(
-                        journal.c.run_id == run_id, journal.c.req_no == entries[0].req_no,
-                    ).values(end_cursor=entries[-1].end_cursor,
+                        journal.c.run_id == run_id, journal.c.req_no == kept,
+                    ).values(start_cursor=entries[0].start_cursor,
+                             end_cursor=entries[-1].end_cursor,
                              item_count=sum(r.item_count for r in entries),
                              synced=sum(r.synced for r in entries),
                              item_keys=merged_keys(keys for _, keys in part),
                              item_key_values=None))  # kept only to name pending entries
-                    removed += [r.req_no for r in entries[1:]]
+                    removed += [r.req_no for r in entries if r.req_no != kept]
             for first, last in _stretches(removed):
                 conn.execute(journal.delete().where(
                     journal.c.run_id == run_id, journal.c.req_no.between(first, last)))
@@ -264,7 +271,8 @@ def _in_source_order(rows: Sequence[Any]) -> Sequence[Any]:
 
 
 def _fresh(r: Any) -> bool:
-    """An entry compaction may merge: acked, error-free, and not merged before."""
+    """An entry compaction may merge: acked, error-free, of at most MERGED_ITEMS items (a
+    larger one was merged before: a request holds at most 225)."""
     return bool(r.state == "acked" and not r.failed and not r.in_doubt
                 and r.item_count <= MERGED_ITEMS)
 
@@ -272,8 +280,8 @@ def _fresh(r: Any) -> bool:
 def _mergeable(rows: Sequence[Any]) -> list[list[Any]]:
     """Entries (in journal order) in source order, grouped: a group is `_fresh` entries that
     follow each other (a range ending where the next starts); any other entry is a group alone
-    (`_parts` then cuts a group by the size of its keys). An entry merged before is never read
-    again: a run compacted while it runs keeps an entry per stretch compacted."""
+    (`_parts` then cuts a group by the size of its keys). An entry of more than MERGED_ITEMS
+    items is never read again: a run compacted while it runs keeps an entry per stretch."""
     ordered = _in_source_order(rows)
     groups: list[list[Any]] = []
     prev: Any = None
