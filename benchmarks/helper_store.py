@@ -249,18 +249,15 @@ def main() -> None:
         for name, cpu in appends.items():
             print(f"  {name}: {cpu:.2f} CPU s over the run")
         for name, values in took.items():
-            print(f"  store, {name}: {statistics.median(values):.2f} s "
-                  f"({' / '.join(f'{v:.2f}' for v in values)})")
+            print(f"  store, {name}: {_median_of(values)}")
         for name, pairs in said.items():
             commits, totals = [p[0] for p in pairs], [p[1] for p in pairs]
             print(f"  store as the helper runs it, fresh, {name}: the run goes on after "
                   f"{_median_of(commits)}, the WAL copied after {_median_of(totals)}")
         for name, values in ended.items():
-            print(f"  end, {name}: {statistics.median(values):.2f} s "
-                  f"({' / '.join(f'{v:.2f}' for v in values)})")
+            print(f"  end, {name}: {_median_of(values)}")
         for name, values in later.items():
-            print(f"  deferred, fresh: {name} {statistics.median(values):.2f} s "
-                  f"({' / '.join(f'{v:.2f}' for v in values)})")
+            print(f"  deferred, fresh: {name} {_median_of(values)}")
         sort = statistics.median(took["fresh"]) - statistics.median(
             took["sorted source, fresh"])
         print(f"  pieces of the fresh store: the sort ≈ {sort:.2f} s, the inserts (with it) "
