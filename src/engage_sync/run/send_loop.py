@@ -22,13 +22,11 @@ Invariants:
 - an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room
   (and ADMIT_WAIT more while it waits for room for a group), or while it packs ahead;
 - an exact journal packs ahead while the rate budget holds the requests in flight: up to
-  `AHEAD` requests are queued, unjournaled, instead of waiting for room, so that when the
-  budget grants they leave at the speed of journal and send, not of read and pack (1M events
-  at the ceiling, a flow run: 0.2 s less after the last window's edge with 500, 0.3 s with
-  1,000, for 25 and 53 MB more at the peak). Nothing queued is journaled, so a crash leaves
-  the same entries pending as before, and the cursor stops before the queued rows. With the
-  queue full and the budget still holding, the loop does the run's idle work (`RunContext.idle`:
-  the journal compacted so far) once per IDLE_EVERY requests settled.
+  `AHEAD` queued, unjournaled, leave at the speed of journal and send when it grants (figures:
+  benchmarks/README.md, issue 23's nineteenth session); a crash leaves the same entries
+  pending as before, and the cursor stops before the queued rows. With the queue full and the
+  budget still holding, the loop does the run's idle work (`RunContext.idle`: the journal
+  compacted so far) once per IDLE_EVERY requests settled.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ GROUP = 32
 SETTLE_WAIT = 0.05  # seconds an acknowledged request may wait unsettled while the loop waits
 IDLE_EVERY = 1000  # requests settled between two rounds of idle work (`RunContext.idle`)
 HOLD_LOOK = 0.01  # seconds between two looks at the rate budget while waiting for room
-AHEAD = 500  # requests an exact journal packs ahead (queued, not journaled) while the rate
-# budget holds the ones in flight (`SendLoop._packs_ahead`): about 50 KB each for events, per
-# send loop (a partitioned run has one per partition)
+AHEAD = 500  # requests an exact journal packs ahead, unjournaled, while the budget holds
+# (`SendLoop._packs_ahead`): about 50 KB each for events, per send loop (one per partition)
 ADMIT_WAIT = 0.005  # seconds admission may wait for room for more than one request, when
 # requests end more often than that (at the service's ceiling on loopback, one a millisecond)
 
@@ -155,10 +152,18 @@ class SendLoop:
         meanwhile is settled as while waiting for room (within SETTLE_WAIT)."""
         if self.group > 1 or len(self.queue) >= AHEAD or not self.ctx.budget_holds():
             return False
-        self._collect({f for f in self.in_flight if f.done()}, save=False)
-        if self.unsaved and time.monotonic() - self.unsaved_since >= SETTLE_WAIT:
-            self._save()
+        self._collect_ended()
+        self._save_if_due()
         return True
+
+    def _collect_ended(self) -> None:
+        """Take the settlements of the requests that ended, without waiting or saving."""
+        self._collect({f for f in self.in_flight if f.done()}, save=False)
+
+    def _save_if_due(self) -> None:
+        """Settle what ended once the first of it has waited SETTLE_WAIT from its answer."""
+        if self.unsaved and time.monotonic() >= self.unsaved_since + SETTLE_WAIT:
+            self._save()
 
     def _idle(self) -> None:
         """The context's idle work, when IDLE_EVERY requests were settled since it was last
@@ -203,7 +208,7 @@ class SendLoop:
         waiting), that shares no user with another of it or with a request in flight,
         journaled in one transaction with the settles of the requests that ended, then sent
         (so a pending entry is really in flight). Returns the rest of the queue."""
-        self._collect({f for f in self.in_flight if f.done()}, save=False)
+        self._collect_ended()
         first = self._users(queue[0])
         if not self.halted:
             if not self._make_room(first, may_pack):
@@ -260,9 +265,9 @@ class SendLoop:
             if self.group > 1:
                 self._collect(wait(self.in_flight, return_when=FIRST_COMPLETED).done)
                 continue
-            if may_pack and self._packs_ahead():
-                return False
             if may_pack:
+                if self._packs_ahead():
+                    return False
                 self._idle()
             # an acknowledged request waits unsettled at most SETTLE_WAIT from its answer
             # (others ending meanwhile are settled with it), not on a slow request
@@ -272,8 +277,7 @@ class SendLoop:
                 left = settle_in if left is None else min(left, settle_in)
             done = wait(self.in_flight, left, FIRST_COMPLETED).done \
                 if left is None or left > 0 else set()
-            if self.unsaved and time.monotonic() >= self.unsaved_since + SETTLE_WAIT:
-                self._save()
+            self._save_if_due()
             self._collect(done, save=False)
         return True
 
