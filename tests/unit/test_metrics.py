@@ -45,3 +45,15 @@ def test_a_label_value_is_escaped() -> None:
     text = render([_totals('we"ird\\name\n', "success", 1, 1)])
     got = _samples(text)
     assert got[("engage_sync_rows_synced_total", (("integration", 'we"ird\\name\n'),))] == 1
+
+
+def test_each_render_is_its_own_and_the_default_registry_is_untouched() -> None:
+    """Nothing is kept between scrapes: a second render of other totals shows only them, and
+    the process-wide registry (which a Prefect worker may expose) holds no engage_sync metric."""
+    from prometheus_client import REGISTRY
+
+    render([_totals("users", "success", 1, 10)])
+    got = _samples(render([_totals("events", "success", 1, 3)]))
+    assert {labels for name, labels in got if name == "engage_sync_rows_synced_total"} == {
+        (("integration", "events"),)}
+    assert not [m for m in REGISTRY.collect() if m.name.startswith("engage_sync")]

@@ -1,17 +1,21 @@
-"""The runs' records as Prometheus metrics (text exposition format 0.0.4). Pure.
+"""The runs' records as Prometheus metrics, written by prometheus-client's own exposition.
 
 Counters are sums over an integration's finished and running records (a partitioned run
 counts once, as its parent's record; its partitions' own rows are left out), so after a run
-each counter equals the sum of that field over the integration's records. Label values are
-escaped as the format says (backslash, double quote, newline); integration names hold none of
-them, but a text never breaks the exposition.
+each counter equals the sum of that field over the integration's records (`status.record`).
+Each render builds its metrics from the totals it is given on a registry of its own: nothing
+is kept between scrapes, and the process-wide default registry is never touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
 COUNTERS = (
     ("rows_synced", "rows_synced", "Rows the service acknowledged."),
@@ -24,41 +28,49 @@ COUNTERS = (
     ("data_points_saved", "data_points_saved", "Data points the field diff left unsent."),
     ("requests_sent", "requests_sent", "Requests sent to the service."),
 )
-"""(metric name without prefix and `_total`, run column, help text)."""
+"""(metric name without prefix and `_total`, record field, help text)."""
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Records(Collector):
+    """The metric families of one set of totals (`RunRows.run_totals`)."""
+
+    def __init__(self, totals: Iterable[Mapping[str, Any]]) -> None:
+        self.rows = list(totals)
+
+    def collect(self) -> Iterator[Metric]:
+        runs = CounterMetricFamily("engage_sync_runs", "Runs recorded, by integration and status.",
+                                   labels=["integration", "job_status"])
+        sums: dict[str, dict[str, int]] = {}
+        last: dict[str, datetime] = {}
+        for r in self.rows:
+            runs.add_metric([r["integration"], r["job_status"]], int(r["runs"]))
+            totals = sums.setdefault(r["integration"], {})
+            for _, field, _ in COUNTERS:
+                totals[field] = totals.get(field, 0) + _field(r, field)
+            finished = r.get("last_finish")
+            if r["job_status"] in ("success", "partial") and finished is not None:
+                last[r["integration"]] = max(finished, last.get(r["integration"], finished))
+        yield runs
+        for name, field, text in COUNTERS:
+            family = CounterMetricFamily(f"engage_sync_{name}", text, labels=["integration"])
+            for integration, totals in sorted(sums.items()):
+                family.add_metric([integration], totals[field])
+            yield family
+        success = GaugeMetricFamily(
+            "engage_sync_last_success_timestamp_seconds",
+            "When the integration's last successful or partial run finished (Unix time).",
+            labels=["integration"])
+        for integration, at in sorted(last.items()):
+            success.add_metric([integration], at.timestamp())
+        yield success
 
 
-def _number(value: float) -> str:
-    return repr(float(value)) if value != int(value) else str(int(value))
+def _field(totals: Mapping[str, Any], field: str) -> int:
+    return int(totals[field] or 0)
 
 
 def render(totals: Iterable[Mapping[str, Any]]) -> str:
     """Totals per (integration, job_status) (`RunRows.run_totals`) → the exposition text."""
-    rows = list(totals)
-    lines = ["# HELP engage_sync_runs_total Runs recorded, by integration and status.",
-             "# TYPE engage_sync_runs_total counter"]
-    lines += [f'engage_sync_runs_total{{integration="{_label(r["integration"])}",'
-              f'job_status="{_label(r["job_status"])}"}} {int(r["runs"])}' for r in rows]
-    by_integration: dict[str, dict[str, float]] = {}
-    last: dict[str, datetime] = {}
-    for r in rows:
-        sums = by_integration.setdefault(r["integration"], {})
-        for _, column, _ in COUNTERS:
-            sums[column] = sums.get(column, 0) + int(r[column] or 0)
-        finished = r.get("last_finish")
-        if r["job_status"] in ("success", "partial") and finished is not None:
-            last[r["integration"]] = max(finished, last.get(r["integration"], finished))
-    for name, column, text in COUNTERS:
-        metric = f"engage_sync_{name}_total"
-        lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
-        lines += [f'{metric}{{integration="{_label(i)}"}} {_number(sums[column])}'
-                  for i, sums in sorted(by_integration.items())]
-    lines += ["# HELP engage_sync_last_success_timestamp_seconds When the integration's last "
-              "successful or partial run finished (Unix time).",
-              "# TYPE engage_sync_last_success_timestamp_seconds gauge"]
-    lines += [f'engage_sync_last_success_timestamp_seconds{{integration="{_label(i)}"}} '
-              f"{_number(t.timestamp())}" for i, t in sorted(last.items())]
-    return "\n".join(lines) + "\n"
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Records(totals))
+    return generate_latest(registry).decode()
