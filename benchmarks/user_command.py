@@ -32,7 +32,8 @@ sample the same few phases; spread evenly, their median stands for a run started
 
     .venv/bin/python benchmarks/user_command.py [--rows 1000000] [--kind attributes|events]
         [--runs 3] [--paths prefect,prefect-served,prefect-background,no-prefect,dlt]
-        (any engage-sync path may end in `+pin` or `+off`: ENGAGE_SYNC_PIN_CPU=auto or off;
+        (any engage-sync path may end in `+pin`, `+gc` or `+tuned`: ENGAGE_SYNC_PIN_CPU=auto,
+        ENGAGE_SYNC_TUNE_GC=on, or both; `+off`: both off, as unset;
         then in `@before`: the code of --before REVISION)
         [--no-rate-limits]
         [--diff off|fields] [--profile] [--state sqlite|postgres]
@@ -227,14 +228,19 @@ def _name(pid: int) -> str:
     return Path(words[0]).name if words else str(pid)
 
 
-PINS = {"+pin": "auto", "+off": "off"}  # a path's suffix → ENGAGE_SYNC_PIN_CPU
+PINS = {  # a path's suffix → the opt-in tuning settings it sets (the others unset: off)
+    "+pin": {"ENGAGE_SYNC_PIN_CPU": "auto"},
+    "+gc": {"ENGAGE_SYNC_TUNE_GC": "on"},
+    "+tuned": {"ENGAGE_SYNC_PIN_CPU": "auto", "ENGAGE_SYNC_TUNE_GC": "on"},
+    "+off": {"ENGAGE_SYNC_PIN_CPU": "off", "ENGAGE_SYNC_TUNE_GC": "off"},
+}
 BEFORE = "@before"
 
 
-def pin_of(path: str) -> str | None:
-    """ENGAGE_SYNC_PIN_CPU for a path (without its `@before`): by its suffix, else None (unset:
-    the default)."""
-    return next((v for k, v in PINS.items() if path.removesuffix(BEFORE).endswith(k)), None)
+def pin_of(path: str) -> dict[str, str]:
+    """The tuning settings for a path (without its `@before`): by its suffix, else none (unset:
+    the defaults, off)."""
+    return next((v for k, v in PINS.items() if path.removesuffix(BEFORE).endswith(k)), {})
 
 
 def base_path(path: str) -> str:
@@ -264,9 +270,9 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
     server, for the `prefect-served` path (a flow run on a server that is already up, as a
     deployment's run is); the `prefect` path starts a temporary server, as a run without
     PREFECT_API_URL does. `state_url`: a PostgreSQL state database, emptied first (else a
-    fresh SQLite file). A path ending in `+pin` is that path with ENGAGE_SYNC_PIN_CPU=auto
-    (the run's process on one CPU, its field helper on the others; README "One CPU for the
-    run"), in `+off` with it `off`; the other paths run with it unset, the default. A path
+    fresh SQLite file). A path ending in a suffix of `PINS` is that path with its settings
+    (ENGAGE_SYNC_PIN_CPU=auto: the run's process on one CPU, its field helper on the others;
+    ENGAGE_SYNC_TUNE_GC=on: the collector tuned); the other paths run with them unset. A path
     ending in `@before` runs the code in `before` (`code_of`). `phase`: the command starts
     this many seconds into one of the sandbox's windows (None: at once)."""
     name = path
@@ -280,9 +286,9 @@ def one_run(path: str, integration: Path, workdir: Path, base_url: str,
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
     env.pop("PREFECT_API_URL", None)
     env.pop("ENGAGE_SYNC_PIN_CPU", None)
+    env.pop("ENGAGE_SYNC_TUNE_GC", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's install reads cached bytecode
-    if pin is not None:
-        env["ENGAGE_SYNC_PIN_CPU"] = pin
+    env.update(pin)
     if old:
         assert before is not None, "a path ending in @before needs --before"
         env["PYTHONPATH"] = str(before)

@@ -1,28 +1,22 @@
-"""A run kept on one CPU, its field helper on the others (ENGAGE_SYNC_PIN_CPU: `auto`, the
-default on Linux, or a CPU number; `off` leaves the run to the kernel).
+"""A run kept on one CPU, its field helper on the others: opt-in (ENGAGE_SYNC_PIN_CPU: `off`,
+the default, leaves the run to the kernel; `auto` or a CPU number pins it; Linux only).
 
-Why: the run's threads (the one that reads and packs, the send threads, the helper's writer)
-share one interpreter lock, so together they use at most about one core of Python. Left free,
-the kernel spreads them over the cores, and every hand-over of the lock between two cores
-costs a cross-core wake-up and cold caches. On the 2-core benchmark machine, keeping the run
-on one CPU took a first diffed run of 1,000,000 attributes from 43,024 to 53,217 rows/s with
-10 % less CPU, and 1,000,000 events from 31,539 to 39,168 rows/s with 21 % less
-(benchmarks/README.md, "One core for the run's process").
+Why: the run's threads share one interpreter lock, and a lock handed between cores costs
+cross-core wake-ups and cold caches; on a host of its own a pinned run is faster (figures:
+benchmarks/README.md). It is not the default because a data tool that moves its own threads
+between CPUs surprises a shared host, a container with a CPU quota or a laptop.
 
-Why `auto` is the default: it follows load (`cpu_watch`). Unpinned neighbours are not the
-risk (the kernel moves them off a pinned CPU: benchmarks/README.md, "The pin by default, and
-back"); runs that cannot see each other's claims were. Runs in separate containers (or
-services with a private /tmp) each claim in their own temporary directory, so two that start
-together can take the same CPU. Held for their whole length, that halved both; now each
-watches its CPU's load, and the first to see another's work there moves to a freer CPU, or,
-when none is, lets go of the pin. A CPU number is kept as given, never moved. A partitioned
-run is never pinned: its partitions are meant to use the cores.
+`auto` follows load (`cpu_watch`): runs that cannot see each other's claims (separate
+containers, a private /tmp) can take the same CPU; the first to see another's work there
+moves to a freer CPU, or lets go of the pin. A CPU number is kept as given, never moved. A
+partitioned run is never pinned: its partitions are meant to use the cores.
 
 Invariants:
-- Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError, and
-  unset is `off`; `auto` pins nothing when the run may use one CPU only, or when the CPUs'
-  load cannot be read or trusted (`load_reader`: a view mounted over /proc/stat, such as
-  lxcfs's in a container, or a CPU without a line);
+- unset or blank is `off`: no affinity is read or set, no claim, no watcher;
+- Linux only (`os.sched_setaffinity`); elsewhere any value but `off` is a ConfigError;
+- `auto` pins nothing when the run may use one CPU only, or when the CPUs' load cannot be
+  read or trusted (`load_reader`: a view mounted over /proc/stat, such as lxcfs's in a
+  container, or a CPU without a line);
 - a pin the system refuses (a sandbox's policy, CPUs taken away meanwhile) leaves the run
   unpinned, logged, never failed; at its end the thread gets back the CPUs it had, unless
   they were changed meanwhile (then they are left as set); a refusal then is logged too;
@@ -63,7 +57,7 @@ from engage_sync.cpu_watch import Watcher, sampler
 from engage_sync.errors import ConfigError
 
 ENV = "ENGAGE_SYNC_PIN_CPU"
-DEFAULT = "auto"  # unset: `auto` on Linux, nothing elsewhere
+DEFAULT = "off"  # opt-in: a default run leaves the scheduler alone
 SAMPLE_SECONDS = 0.05  # `auto` compares the allowed CPUs' busy time over this long
 CLAIM = "engage-sync-cpu-{}.lock"
 log = logging.getLogger("engage_sync.cpu")
@@ -89,14 +83,12 @@ _pinned: Pin | None = None
 
 
 def pin_setting(environ: Mapping[str, str]) -> str | None:
-    """ENGAGE_SYNC_PIN_CPU checked: `auto` (also when unset, on Linux), a CPU number this
-    thread may use, or None (`off`; unset elsewhere). Raises ConfigError naming the setting."""
+    """ENGAGE_SYNC_PIN_CPU checked: `auto`, a CPU number this thread may use, or None (`off`,
+    also when unset). Raises ConfigError naming the setting."""
     text = environ.get(ENV, "").strip().lower() or DEFAULT
     if text == "off":
         return None
     if not hasattr(os, "sched_setaffinity"):
-        if not environ.get(ENV, "").strip():
-            return None  # the default where there is no pin: nothing to say
         raise ConfigError("pinning to a CPU needs Linux; set it to `off`", key=ENV)
     if text != "auto":  # a number: checked against this thread's CPUs (no load is read)
         candidates(text, frozenset(os.sched_getaffinity(0)), dict)

@@ -1,4 +1,4 @@
-"""A pinned run's CPU watched, so that the pin follows load (`cpu_affinity`, `auto` only).
+"""A pinned run's CPU watched, so the pin follows load (`cpu_affinity`: the opt-in `auto`).
 
 Runs that cannot see each other's claims (separate containers, a private /tmp) can take the
 same CPU when they start together. So every `PERIOD` seconds (give or take `JITTER`, so that

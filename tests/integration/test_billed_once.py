@@ -286,9 +286,12 @@ def test_the_dry_run_predicts_the_bill_of_attributes_events_and_purchases(
 
 def test_a_sync_tunes_the_garbage_collector_for_its_process(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`sync_file` raises the collector's young threshold (`gc_tuning`): the transform's
-    per-row containers no longer trigger a collection every 700 allocations."""
+    """With ENGAGE_SYNC_TUNE_GC=on, `sync_file` raises the collector's young threshold
+    (`gc_tuning`): the transform's per-row containers no longer trigger a collection every
+    700 allocations."""
+    monkeypatch.setenv("ENGAGE_SYNC_TUNE_GC", "on")
     before = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     try:

@@ -1,7 +1,8 @@
-"""The collector's young threshold is raised for a syncing process, once, never lowered, and
-left alone when the host turned automatic collection off; what is alive at the first sync is
-frozen, once, and not when the host froze objects itself; later cycles are still collected.
-A run's start raises the threshold alone (`raise_threshold`): nothing frozen yet."""
+"""ENGAGE_SYNC_TUNE_GC: off by default, and then nothing changes. On, the collector's young
+threshold is raised for a syncing process, once, never lowered, and left alone when the host
+turned automatic collection off; what is alive at the first sync is frozen, once, and not
+when the host froze objects itself; later cycles are still collected. A run's start raises
+the threshold alone (`raise_threshold`): nothing frozen yet."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from collections.abc import Iterator
 import pytest
 
 from engage_sync.adapters import gc_tuning
-from engage_sync.adapters.gc_tuning import GEN0, tune_gc
+from engage_sync.adapters.gc_tuning import GEN0
+
+ON = {"ENGAGE_SYNC_TUNE_GC": "on"}
+
+
+def tune_gc() -> None:
+    gc_tuning.tune_gc(ON)
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +89,7 @@ def test_the_young_threshold_is_raised_and_the_others_kept() -> None:
 def test_a_run_s_start_raises_the_threshold_and_freezes_nothing() -> None:
     gc.set_threshold(700, 10, 10)
     alive = [[k] for k in range(10)]
-    gc_tuning.raise_threshold()
+    gc_tuning.raise_threshold(ON)
     assert gc.get_threshold() == (GEN0, 10, 10)
     assert gc.get_freeze_count() == 0 and walked(alive)
     tune_gc()  # the first sync then freezes what is alive
@@ -105,3 +112,27 @@ def test_young_garbage_at_the_first_sync_is_collected_not_frozen() -> None:
     gone = _cycle()
     tune_gc()
     assert gone() is None
+
+
+@pytest.mark.parametrize("environ", [{}, {"ENGAGE_SYNC_TUNE_GC": " "},
+                                     {"ENGAGE_SYNC_TUNE_GC": "OFF"}])
+def test_off_or_unset_leaves_the_collector_alone(environ: dict[str, str]) -> None:
+    gc.set_threshold(700, 10, 10)
+    alive = [[k] for k in range(10)]
+    gc_tuning.raise_threshold(environ)
+    gc_tuning.tune_gc(environ)
+    assert gc.get_threshold() == (700, 10, 10) and gc.isenabled()
+    assert gc.get_freeze_count() == 0 and walked(alive)
+
+
+def test_a_setting_not_understood_is_said_once_and_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(gc_tuning, "_warned", False)
+    gc.set_threshold(700, 10, 10)
+    bad = {"ENGAGE_SYNC_TUNE_GC": "fast"}
+    gc_tuning.raise_threshold(bad)
+    gc_tuning.tune_gc(bad)
+    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "engage_sync.gc"]
+    assert said == ["ENGAGE_SYNC_TUNE_GC=fast is not `on` or `off`: the garbage collector is "
+                    "left alone"]

@@ -93,8 +93,8 @@ class Service(Frozen):
     rate_limit: RateLimit = RateLimit()
     rate_budget: RateBudgetConfig = RateBudgetConfig()
     # 8: an exact journal (events, purchases, subscriptions, identity) then journals up to four
-    # requests a transaction; on one CPU (ENGAGE_SYNC_PIN_CPU) 1M events went from 50,439 to
-    # 59,225 rows/s with 14 % less CPU (attributes unchanged); a kill leaves at most 8 in doubt.
+    # requests a transaction, which saves CPU (benchmarks/README.md); a kill leaves at most 8
+    # in doubt.
     # Up to 256: a service that answers in 100 ms needs 100 for its 1,000 requests a second
     max_in_flight: int = Field(default=8, ge=1, le=256)
     timeout_seconds: float = Field(default=30.0, gt=0)
