@@ -210,6 +210,7 @@ def test_metrics_parse_with_prometheus_parser_and_equal_the_records(
     assert got[("engage_sync_runs_total", "users", "partial")] == 1
     assert got[("engage_sync_runs_total", "users", "success")] == 1
     for name, field in (("rows_synced", "rows_synced"), ("rows_rejected", "rows_rejected"),
+                        ("rows_failed", "rows_failed_with_errors"),  # rejects included
                         ("data_points_sent", "data_points_sent")):
         assert got[(f"engage_sync_{name}_total", "users", None)] == sum(
             r[field] for r in records), name

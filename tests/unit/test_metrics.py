@@ -57,3 +57,20 @@ def test_each_render_is_its_own_and_the_default_registry_is_untouched() -> None:
     assert {labels for name, labels in got if name == "engage_sync_rows_synced_total"} == {
         (("integration", "events"),)}
     assert not [m for m in REGISTRY.collect() if m.name.startswith("engage_sync")]
+
+
+def test_rows_failed_is_the_records_rows_failed_with_errors_rejects_included() -> None:
+    """A run row keeps its rejects apart from its failed rows; the records add them (as the
+    service's job_sync_status does), and so does the metric: one definition of failed."""
+    from engage_sync.status.record import record
+
+    run_row = {"sync_start_time": None, "sync_finish_time": None, "run_id": "r",
+               "last_timestamp_synced": None, "mode": "incremental"}
+    runs = [{**_totals("users", "partial", 1, 10), **run_row, "rows_failed_with_errors": 3,
+             "rows_rejected": 2},
+            {**_totals("users", "error", 1, 0), **run_row, "rows_failed_with_errors": 0,
+             "rows_rejected": 4}]
+    got = _samples(render(runs))  # one run per status: its totals are its run row
+    assert got[("engage_sync_rows_failed_total", (("integration", "users"),))] == sum(
+        record(r)["rows_failed_with_errors"] for r in runs) == 9
+    assert got[("engage_sync_rows_rejected_total", (("integration", "users"),))] == 6

@@ -17,10 +17,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from engage_sync.status.record import failed_rows
+
 COUNTERS = (
     ("rows_synced", "rows_synced", "Rows the service acknowledged."),
-    ("rows_failed", "rows_failed_with_errors", "Rows that failed (the service refused them, or "
-     "their request failed after its retries), rejects not included."),
+    ("rows_failed", "rows_failed_with_errors", "Rows that failed: rejected before sending, "
+     "refused by the service, or failed after their request's retries."),
     ("rows_rejected", "rows_rejected", "Rows rejected before sending (bad values)."),
     ("rows_in_doubt", "rows_in_doubt", "Rows whose request may or may not have been processed."),
     ("rows_unchanged", "rows_unchanged", "Rows read with nothing changed, not sent."),
@@ -28,7 +30,8 @@ COUNTERS = (
     ("data_points_saved", "data_points_saved", "Data points the field diff left unsent."),
     ("requests_sent", "requests_sent", "Requests sent to the service."),
 )
-"""(metric name without prefix and `_total`, record field, help text)."""
+"""(metric name without prefix and `_total`, record field, help text). No metric counts failed
+rows without rejects: that is `rows_failed` less `rows_rejected`."""
 
 
 class _Records(Collector):
@@ -66,6 +69,10 @@ class _Records(Collector):
 
 
 def _field(totals: Mapping[str, Any], field: str) -> int:
+    """A record field's sum from the run rows' sums: `rows_failed_with_errors` as the records
+    count it (`failed_rows`: rejects included), any other as summed."""
+    if field == "rows_failed_with_errors":
+        return failed_rows(totals)
     return int(totals[field] or 0)
 
 

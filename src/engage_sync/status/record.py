@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -73,9 +74,17 @@ def _iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def failed_rows(run: Mapping[str, Any]) -> int:
+    """The one definition of a run's failed rows (`rows_failed_with_errors`), as the service's
+    job_sync_status counts them: rejected before sending, refused by the service, or failed
+    after their request's retries. A run row keeps the rejects apart (`rows_rejected`), so this
+    adds them; `run` is a run row or a sum of run rows (`RunRows.run_totals`)."""
+    return int(run["rows_failed_with_errors"] or 0) + int(run["rows_rejected"] or 0)
+
+
 def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
     """A run row → a status record (the service's six fields, then engage-sync's counts)."""
-    failed = int(run["rows_failed_with_errors"]) + int(run["rows_rejected"])
+    failed = failed_rows(run)
     rec: dict[str, Any] = {
         "job_status": run["job_status"],
         "sync_start_time": _iso(run["sync_start_time"]),
