@@ -108,12 +108,12 @@ def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
 
 def http_transport(integration: Integration) -> httpx.BaseTransport:
     """The keep-alive pool a run sends through (`deliver.Deliverer`): one connection per request
-    in flight, through the proxy the environment names for the service's URL, as an
-    `httpx.Client` would (`proxies.proxy_for`). A proxy httpx cannot use is a ConfigError
+    in flight, through the proxy the environment names for the service's URL, by the standard
+    library's rules (`proxies.proxy_for`). A proxy httpx cannot use is a ConfigError
     that shows it with its password hidden."""
     s = integration.service
     in_flight = s.max_in_flight
-    proxy = proxy_for(s.base_url, os.environ)
+    proxy = proxy_for(s.base_url)
     if proxy is None:
         return LeanTransport(max_idle=in_flight)
     try:
