@@ -2,7 +2,9 @@
 
 Example: ``engage-sandbox --port 8787 --seed config/sandbox-seed.yaml [--lean]
 [--limit-mode total75|per_array75|total50] [--faults faults.yaml] [--no-rate-limits]``.
-Prints one line with the URL once the socket is bound, then serves until interrupted.
+Prints one line with the URL once the socket is bound, then serves until SIGINT (Ctrl-C) or
+SIGTERM, and prints one line when it has stopped and freed its port (exit 0). A port already in
+use, a bad seed or fault file: one line on standard error, exit 2, no traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ import yaml
 from engage_sandbox.app import create_app
 from engage_sandbox.faults import FaultError, parse_rules
 from engage_sandbox.seed import SeedError
-from engage_sandbox.server import HOST, bind_loopback, uvicorn_config
+from engage_sandbox.server import (
+    HOST,
+    bind_loopback,
+    bind_problem,
+    serve_until_stopped,
+    uvicorn_config,
+)
 from engage_sandbox.settings import (
     DEFAULT_RATE_LIMITS,
     LIMIT_MODES,
@@ -70,7 +78,14 @@ def _faults(path: str | None) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    args = parser().parse_args(argv)
+    try:
+        return _serve(parser().parse_args(argv))
+    except KeyboardInterrupt:  # Ctrl-C before the server's own handlers are installed
+        print("engage-sandbox: interrupted before it served", file=sys.stderr)
+        return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
     try:
         settings = SandboxSettings(
             seed=args.seed,
@@ -85,12 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     except (SeedError, FaultError, OSError, ValueError, yaml.YAMLError) as exc:
         print(f"engage-sandbox: {exc}", file=sys.stderr)
         return 2
-    sock = bind_loopback(args.port)
-    url = f"http://{HOST}:{sock.getsockname()[1]}"
+    try:
+        sock = bind_loopback(args.port)
+    except OSError as exc:
+        print(f"engage-sandbox: {bind_problem(args.port, exc)}", file=sys.stderr)
+        return 2
+    port = sock.getsockname()[1]
+    url = f"http://{HOST}:{port}"
     mode = "lean" if args.lean else "full"
     print(f"engage-sandbox listening on {url} ({mode} mode, control plane {url}/_sandbox)",
           flush=True)
-    uvicorn.Server(uvicorn_config(app, args.log_level)).run(sockets=[sock])
+    stopped_by = serve_until_stopped(uvicorn.Server(uvicorn_config(app, args.log_level)), sock)
+    if stopped_by is None:
+        print("engage-sandbox: the server ended without being stopped", file=sys.stderr)
+        return 1
+    print(f"engage-sandbox: stopped by {stopped_by}; {HOST}:{port} is free", flush=True)
     return 0
 
 

@@ -2,12 +2,16 @@
 
 Invariants: the server binds 127.0.0.1 only; port 0 means a free port chosen by the OS; the
 context manager returns only once the server answers, and on exit stops it and waits for it.
+In the foreground (`serve_until_stopped`, the CLI), SIGINT and SIGTERM stop the server: its
+socket is closed when the call returns, so a restart on the same port binds at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +34,8 @@ from engage_sandbox.settings import DEFAULT_RATE_LIMITS, SandboxSettings
 HOST = "127.0.0.1"
 DEMO_API_KEY = "sandbox-demo-key"  # SANDBOX ONLY: the demo seed's all-permissions key
 STARTUP_TIMEOUT = 20.0
+GRACEFUL_STOP = 3  # seconds requests in flight get to finish once the server is told to stop
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class SandboxStartError(RuntimeError):
@@ -65,11 +71,49 @@ def bind_loopback(port: int = 0) -> socket.socket:
     return sock
 
 
+def bind_problem(port: int, exc: OSError) -> str:
+    """Why 127.0.0.1:port could not be bound, on one line."""
+    if exc.errno == errno.EADDRINUSE:
+        return (f"{HOST}:{port} is already in use (a sandbox still running? stop it, "
+                "or pass another --port)")
+    return f"cannot listen on {HOST}:{port}: {exc.strerror or exc}"
+
+
 def uvicorn_config(app: Any, log_level: str = "warning") -> uvicorn.Config:
     """The uvicorn configuration used by the thread runner and the CLI."""
     return uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="off", timeout_keep_alive=30
+        app, log_level=log_level, access_log=False, lifespan="off", timeout_keep_alive=30,
+        timeout_graceful_shutdown=GRACEFUL_STOP,
     )
+
+
+def serve_until_stopped(server: uvicorn.Server, sock: socket.socket) -> str | None:
+    """Serve on `sock` until SIGINT or SIGTERM; return the signal's name once the server has
+    stopped and the socket is closed (None: it ended without one, a failed start). A second
+    signal stops it at once.
+
+    uvicorn runs in a thread so that the signals are handled here: in the main thread it
+    raises them again after its own shutdown, which ends the process with a KeyboardInterrupt
+    traceback (SIGINT) or killed by the signal (SIGTERM)."""
+    received: list[str] = []
+
+    def handle(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        server.force_exit = server.should_exit  # a second signal: no graceful wait
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                              name="engage-sandbox", daemon=True)
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.5)
+    finally:
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return received[0] if received else None
 
 
 def _settings(

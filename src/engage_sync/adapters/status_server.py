@@ -28,6 +28,11 @@ time of the last successful run (`status.metrics`); a scrape sends the same toke
 Every request needs `Authorization: Bearer <token>`, the token being the value of
 `ENGAGE_SYNC_STATUS_TOKEN` (401 otherwise). The server binds 127.0.0.1 unless told otherwise.
 
+`serve` runs it in the foreground until SIGINT (Ctrl-C) or SIGTERM: the server stops taking
+requests, the runs it started are asked to stop (resumable, as `engage-sync run` stops on
+SIGTERM), its port is closed, and it says so in one line. A port in use is a ConfigError before
+anything is served.
+
 The handlers are plain functions, so Starlette runs each in its thread pool: they wait on the
 state database, and as coroutines they held the event loop while they did, so the server
 answered one request at a time on one connection (50 clients paging it: p99 3 s, the
@@ -36,9 +41,15 @@ answered one request at a time on one connection (50 clients paging it: p99 3 s,
 
 from __future__ import annotations
 
+import errno
 import hmac
+import logging
 import os
 import re
+import signal
+import socket
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +61,8 @@ from starlette.routing import Route
 
 from engage_sync.adapters.sync_starter import Sync, SyncStarter
 from engage_sync.adapters.wiring import sync_file
-from engage_sync.errors import ConfigError
+from engage_sync.errors import ConfigError, SyncError
+from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from engage_sync.status.integrations import files_by_id, integrations_page
 from engage_sync.status.metrics import render
@@ -61,6 +73,7 @@ PATH = "/cdi/integrations/{integration_id}/job_sync_status"
 LIST_PATH = "/cdi/integrations"
 SYNC_PATH = "/cdi/integrations/{integration_id}/sync"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GRACEFUL_STOP = 3  # seconds requests in flight get to finish once the server is told to stop
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -162,26 +175,110 @@ def _paged(request: Request, result: StatusPage) -> Response:
     return _json(result.body(), headers={"Link": link} if link else None)
 
 
+class _InFlight:
+    """The sync the starter calls, counting the runs in progress so that the server's stop
+    can wait for them to end."""
+
+    def __init__(self, sync: Sync) -> None:
+        self.sync = sync
+        self._count = 0
+        self._changed = threading.Condition()
+
+    def __call__(self, path: Path) -> object:
+        with self._changed:
+            self._count += 1
+        try:
+            return self.sync(path)
+        finally:
+            with self._changed:
+                self._count -= 1
+                self._changed.notify_all()
+
+    def ended(self, timeout: float) -> bool:
+        """Whether no run is in progress, waiting up to `timeout` seconds for it."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._count == 0, timeout)
+
+
 def create_app(store: StateStore, token: str, config_dir: str | Path | None = None,
                sync: Sync | None = None) -> Starlette:
     """The status app over one state store. `config_dir`: the integration files listed and
     started (one without runs answers job_sync_status with an empty page, not `Invalid
-    integration ID`). `sync` runs one file (default `wiring.sync_file` on this store); the
-    starter is `app.state.starter`."""
-    starter = SyncStarter(store, sync or (lambda path: sync_file(path, store=store)))
+    integration ID`). `sync` runs one file (default `wiring.sync_file` on this store, stopped
+    by `app.state.stop` once it is set); the starter is `app.state.starter`."""
+    stop = StopRequest()
+    runs = _InFlight(sync or (lambda path: sync_file(path, store=store, stop=stop)))
+    starter = SyncStarter(store, runs)
     e = _Endpoints(store, token, Path(config_dir) if config_dir else None, starter)
     app = Starlette(routes=[Route(PATH, e.job_sync_status, methods=["GET"]),
                             Route(LIST_PATH, e.integrations, methods=["GET"]),
                             Route(SYNC_PATH, e.sync, methods=["POST"]),
                             Route("/metrics", e.metrics, methods=["GET"])])
     app.state.starter = starter
+    app.state.stop = stop
+    app.state.runs = runs
     return app
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; a ConfigError saying so when it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family)  # SO_REUSEADDR on POSIX
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"status server: {host}:{port} is already in use (a status "
+                              "server still running? stop it, or pass another --port)") from None
+        raise ConfigError(f"status server: cannot listen on {host}:{port}: "
+                          f"{exc.strerror or exc}") from None
+    return sock
 
 
 def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", port: int = 8788,
           config_dir: str | None = None, log_level: str = "info") -> None:
-    """Run the status server in the foreground until interrupted."""
+    """Serve in the foreground until SIGINT or SIGTERM; print one line when it serves and one
+    when it has stopped: its port closed and the runs it started stopped (a run stops within
+    its attempt timeout + 5 s; one not yet watching the stop ends with the process, as in a
+    crash, which its journal makes safe). A second signal stops at once.
+
+    uvicorn serves from a thread so that the signals are handled here: in the main thread it
+    raises them again after its shutdown, a KeyboardInterrupt traceback or a process killed
+    before the runs it started stopped."""
     import uvicorn
 
     app = create_app(store_factory(), token_from_env(), config_dir)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="off")
+    sock = _bind(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="off",
+                                           timeout_graceful_shutdown=GRACEFUL_STOP))
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # its start and stop lines
+    stop: StopRequest = app.state.stop
+    received: list[str] = []
+
+    def handle(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        server.force_exit = server.should_exit  # a second signal: no graceful wait
+        server.should_exit = True
+        stop.set(received[0])  # the runs stop taking batches now, while the server closes
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                              name="status-server", daemon=True)
+    where = f"{host}:{sock.getsockname()[1]}"
+    print(f"engage-sync status-server: listening on http://{where} "
+          "(Ctrl-C or SIGTERM stops it)", flush=True)
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.5)
+        sock.close()
+        deadline = time.monotonic() + (stop.grace or 0.0)  # None: no run watches the stop
+        while (len(received) < 2 and not app.state.runs.ended(0.2)
+               and time.monotonic() < deadline):
+            pass  # runs in flight end their attempt and settle; a second signal ends the wait
+    finally:
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not received:
+        raise SyncError(f"status server on {where} ended without being stopped")
+    print(f"engage-sync status-server: stopped by {received[0]}; {where} is free", flush=True)

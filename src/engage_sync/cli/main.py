@@ -194,8 +194,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
-    # The sandbox is a separate program (engage_sync never imports engage_sandbox).
-    return subprocess.call([sys.executable, "-m", "engage_sandbox.cli", *args.rest])
+    """The sandbox is a separate program (engage_sync never imports engage_sandbox). On POSIX
+    this process becomes it (exec): SIGTERM and Ctrl-C reach the server itself, which stops
+    and frees its port; no child is left behind to keep it."""
+    argv = [sys.executable, "-m", "engage_sandbox.cli", *args.rest]
+    if os.name != "posix":
+        return subprocess.call(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+    return 0  # not reached: execv returns only by raising
 
 
 def _bound(*, is_end: bool) -> Any:
