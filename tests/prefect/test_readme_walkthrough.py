@@ -28,11 +28,10 @@ INSTALL = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[dev]'"
 SERVED_CRONS = ('"*/15 * * * *"', '"0 3 * * sun"')  # incremental, full resync
 
 
-def blocks(readme: str, heading: str, until: str | None = None) -> str:
-    """The bash blocks of one README section, joined, without the install line."""
-    section = readme.split(f"\n{heading}\n", 1)[1]
-    if until:
-        section = section.split(f"\n{until}\n", 1)[0]
+def blocks(readme: str, heading: str) -> str:
+    """The bash blocks of one README section (up to the next `## ` heading), joined, without
+    the install line."""
+    section = readme.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
     script = "\n".join(re.findall(r"```bash\n(.*?)```", section, flags=re.S))
     assert script.strip(), heading
     return script.replace(INSTALL, "")
@@ -107,8 +106,7 @@ def test_the_production_walkthrough_runs_as_written(tmp_path: Path) -> None:
 def test_the_commands_block_runs_as_written_after_the_demo(prefect_api: str,
                                                            tmp_path: Path) -> None:
     ports = {"8787": str(free_port())}
-    script = blocks((ROOT / "README.md").read_text(), "## Commands", "## The sandbox: the "
-                    "service on your machine")
+    script = blocks((ROOT / "README.md").read_text(), "## Commands")
     code, output = run_script(
         f"source .venv/bin/activate\nengage-sync demo --workdir demo-output\n{script}",
         tmp_path, ports, PREFECT_API_URL=prefect_api)
