@@ -14,19 +14,19 @@ Invariants:
   service processed is sent again. Requests wait in a queue until `admit` (half of
   `max_in_flight`) are packed, then as many as there is room for are journaled in one
   transaction with the settles of the requests that ended meanwhile: when the thread that
-  packs is the slower side, half the transactions of one request each (1M events on a
-  PostgreSQL state database that syncs its commits: 13 % faster and 13 % less CPU; on SQLite
-  about even); when the service is, the loop waits for room for `admit` at most ADMIT_WAIT,
-  and only while requests end more often than that (at the ceiling on loopback: 1M events,
-  a third fewer transactions); a slower service's requests leave as soon as one ends;
+  packs is the slower side, half the transactions of one request each (a commit is the
+  exact journal's main cost: `benchmarks/README.md`); when the service is, the loop waits for
+  room for `admit` at most ADMIT_WAIT, and only while requests end more often than that (so
+  that requests ending close together share a transaction); a slower service's requests leave
+  as soon as one ends;
 - an acknowledged request waits unsettled at most `SETTLE_WAIT` while the loop waits for room
   (and ADMIT_WAIT more while it waits for room for a group), or while it packs ahead;
 - an exact journal packs ahead while the rate budget holds the requests in flight: up to
-  `AHEAD` queued, unjournaled, leave at the speed of journal and send when it grants (figures:
-  benchmarks/README.md, issue 23's nineteenth session); a crash leaves the same entries
-  pending as before, and the cursor stops before the queued rows. With the queue full and the
-  budget still holding, the loop does the run's idle work (`RunContext.idle`: the journal
-  compacted so far) once per IDLE_EVERY requests settled.
+  `AHEAD` queued, unjournaled, leave at the speed of journal and send when it grants, not at
+  the slower speed of read and pack (`benchmarks/README.md`); a crash leaves pending only the
+  entries of requests in flight, and the cursor stops before the queued rows. With the queue
+  full and the budget still holding, the loop does the run's idle work (`RunContext.idle`:
+  the journal compacted so far) once per IDLE_EVERY requests settled.
 """
 
 from __future__ import annotations

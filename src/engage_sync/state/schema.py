@@ -264,11 +264,9 @@ def add_missing_columns(conn: Connection) -> list[str]:
 PAGE_SIZE = 16_384
 """The page size of a SQLite state file this release creates (SQLite's default is 4,096; a file
 keeps the size it was created with, WAL mode allowing no change). A first diffed run writes
-its whole field record at its end, a B-tree of 1M users that needs a quarter of the pages:
-0.75-0.81 s against 0.96-1.06, and 1.03-1.11 s after the last request against 1.32-1.47
-(three alternating runs each); 1M events at the ceiling and a second diffed run's lookups
-of 1M users took the same time with either (`benchmarks/README.md`, issue 23's eighteenth
-session)."""
+its whole field record at its end, a B-tree that needs a quarter of the pages with 16 KB pages,
+so that end is shorter; events and a later run's lookups take the same time with either
+(`benchmarks/README.md`, `helper_store.py`)."""
 
 
 def sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
