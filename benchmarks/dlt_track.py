@@ -1,5 +1,5 @@
 """The first load of `benchmarks/user_command.py`'s attributes table written with dlt, for the
-`dlt` path of that benchmark (issue 23 asks for the comparison in one sitting).
+`dlt` path of that benchmark (the two compared in one sitting).
 
 A dlt resource reads the DuckDB table in chunks of 10,000 rows, incremental on UPDATED_AT
 (a first run reads everything; dlt's `sql_table` source cannot reflect a table with DuckDB 2.0

@@ -9,14 +9,14 @@ its variants, each on a fresh state file with another connection open (as the ru
   after this one's in key order (a state database several integrations share);
 - `the run's N logged`: the run's own first `--folded` users in the state's field log, as a
   first run leaves them at its close; timed with what it costs to write them too: `folded
-  first` (the run's fold, then the store: the end until the fourteenth session, and still on
-  PostgreSQL) or `in the pass` (the store takes them in its one sorted pass, `with_log`);
+  first` (the run's fold, then the store, as a run on PostgreSQL ends) or `in the pass` (the
+  store takes them in its one sorted pass, `with_log`);
 - `sorted source`: the helper's table already in key order (a WITHOUT ROWID table keyed
   (user_key, rowid)): no sort at the end, paid for by appending in key order during the run,
   whose CPU the `append` lines give (2 MB of page cache, as the helper has);
-- `as the helper runs it`: the store as the helper runs it since the eighteenth session
-  (`committed`: the run goes on once the records are committed, the WAL's copy into the file
-  follows), on a file of this release's page size and on one of SQLite's 4 KB;
+- `as the helper runs it`: the store as the helper runs it (`committed`: the run goes on
+  once the records are committed, the WAL's copy into the file follows), on a file of this
+  release's page size and on one of SQLite's 4 KB;
 - `deferred`: a design not taken, measured: the end only appends the records to the state's
   field log (no sort, no keyed insert), and the next run's open folds them
   (`StateStore.fold_fields`), so the keyed write moves to the next run instead of going.

@@ -1,4 +1,4 @@
-"""Load checks (issue 24, item 3): many integrations in one folder, many clients of the status
+"""Load checks: many integrations in one folder, many clients of the status
 server, and a long run killed along the way. Each subcommand starts what it needs on 127.0.0.1
 (a PostgreSQL server, a Prefect server, the lean sandbox with the service's real rate limits,
 `engage-sync status-server`), prints a small table and, with --json, the figures as JSON; it

@@ -1,5 +1,5 @@
 """A no-change incremental run over a large table: how long the pipeline takes when nothing
-moved since the last run (issue 13's target: under 3 s for 1,000,000 rows).
+moved since the last run (the target: under 3 s for 1,000,000 rows, `benchmarks/README.md`).
 
 Builds the field-diff benchmark's warehouse (N users × 10 attributes, DuckDB), runs one first
 sync (`diff: fields`, the default, and `diff: off`), then `--runs` incremental syncs with

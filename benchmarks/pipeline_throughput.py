@@ -21,7 +21,7 @@ What it does, per invocation:
         [--keep-warehouse] [--workdir DIR] [--no-rate-limits] [--profile FILE.prof] [--json]
         [--duckdb-config 'memory_limit=100MB&threads=1'] [--src DIR]
 
-Targets (issue 3): >= 50,000 rows/s end to end, peak RSS < 400 MB at any row count,
+Targets (`benchmarks/README.md`): >= 50,000 rows/s end to end, peak RSS < 400 MB at any row count,
 requests within 1 % of ceil(N / 75). With the real rate limit the ceiling is
 1,000 requests/s x 75 = 75,000 rows/s.
 """

@@ -8,7 +8,7 @@ the span from the first grant to the last under the sliding log alone and with t
 followed: the time the service's limit sets for the run's requests. Runs measured by
 `user_command.py` sample a few phases only, so their medians move with the phase; this gives
 the expectation. Defaults: a 1M-row run (13,334 requests), the pipeline's 2,400 requests a
-second and the slowest loopback answer (17 ms) as measured in the fifteenth session.
+second and the slowest answer measured on loopback (17 ms).
 
     .venv/bin/python benchmarks/window_phase.py [--requests 13334] [--rate 2400] [--phases 60]
 """

@@ -1,10 +1,10 @@
-"""What the write-back (issue 22) adds to a large run: the same attributes run of N rows
+"""What the write-back adds to a large run: the same attributes run of N rows
 (`diff: off`, one row in 1,000 rejected, so the run has outcomes to write), each
 `pipeline_throughput.py --child` in its own process against the lean sandbox, in three cases
 taken in turn:
 
-- `base`: the package before issue 22 (`--base-src`, e.g. a `git archive` of the commit it
-  started from), no write-back (what a row error keeps and what the cutter holds changed);
+- `base`: the package before the write-back (`--base-src`, a `git archive` of that commit),
+  no write-back (what a row error keeps and what the cutter holds changed);
 - `off`: this package, no `writeback` section;
 - `on`: this package, `writeback: {}` (the run's record and its rejects written back to the
   same DuckDB file, after the run; the first `on` run creates the tables, later ones append,

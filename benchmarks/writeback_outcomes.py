@@ -1,4 +1,4 @@
-"""The write-back of one run with 10,000 outcomes into DuckDB, timed 5 times (issue 22).
+"""The write-back of one run with 10,000 outcomes into DuckDB, timed 5 times.
 
 A DuckDB warehouse of 10,000 rows, every one rejected (an invalid `email_subscribe`), is
 synced once with `writeback: {}` (nothing reaches the service: every row is rejected before
