@@ -12,10 +12,10 @@ earlier attempt of it may have been processed, the request ends in doubt instead
 
 HTTP goes straight to an httpx transport (`handle_request`), not through an `httpx.Client`: the
 service needs none of the client's auth flows, redirects, cookies or event hooks, and skipping
-them saves about 110 µs of CPU a request (benchmarks/README.md, "Delivery overhead"), which the
-thread that reads and packs gets back. On the lean transport (no proxy) it skips httpx's
-request and response models too: each endpoint's head is prepared once, then each body is
-posted (`LeanTransport.prepare` / `post`, the same bytes on the wire), about 90 µs less.
+them gives CPU back to the thread that reads and packs (`benchmarks/deliver_overhead.py`,
+figures in benchmarks/README.md). On the lean transport (no proxy) it skips httpx's request
+and response models too: each endpoint's head is prepared once, then each body is posted
+(`LeanTransport.prepare` / `post`, the same bytes on the wire; `benchmarks/transport_cpu.py`).
 Transport errors are httpx's own either way, as `classify` expects.
 
 Secrets: the API key is held privately, sent only in the Authorization header, and scrubbed

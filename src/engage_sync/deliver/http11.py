@@ -1,10 +1,10 @@
 """HTTP/1.1 on one socket, as much as a run needs: a request's head written, an answer read
 whole (Content-Length, chunked, or up to the close).
 
-Why not `http.client`: it parses every answer's headers through the `email` package, about
-100 µs of the interpreter lock a request (benchmarks/README.md, "Answers read without the
-email package"), and a run's send threads share that lock with the thread that reads and
-packs. Here an answer is split with bytes methods.
+Why not `http.client`: it parses every answer's headers through the `email` package, which
+holds the interpreter lock a run's send threads share with the thread that reads and packs
+(`benchmarks/transport_cpu.py`, figures in benchmarks/README.md). Here an answer is split
+with bytes methods.
 
 Invariants:
 - `request_head` refuses (ValueError, naming no value) a method, target or header that could
