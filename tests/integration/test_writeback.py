@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -103,6 +104,36 @@ def test_outcomes_equal_the_record_join_their_rows_and_hold_no_payload(
     values = [str(v) for table in (runs, outcomes)
               for row in _select(warehouse, f"SELECT * FROM {table}") for v in row]
     assert len(values) > 1000 and not [v for v in values if MARK in v]
+
+
+def test_a_row_in_doubt_and_sent_again_is_one_outcome_row(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path, schema: str,
+) -> None:
+    """Under `resend`, a request answered 500 after processing on every try until the retry
+    deadline ends in doubt, and its rows were sent more than once: the record counts them in
+    doubt and possibly doubled; the write-back writes each once, in doubt, its reason saying
+    it may be doubled."""
+    path = table_integration(warehouse, service, tmp_path, "events", _rows(0, 150, 0),
+                             row_key=[], in_doubt="resend",
+                             service={"retry_deadline_seconds": 1.0, "max_in_flight": 1},
+                             writeback={"schema": schema})
+    outcomes = f"{schema}.engage_sync_row_outcomes"
+    service.faults([{"path": "/users/track", "action": "500", "nth": list(range(2, 400)),
+                     "process": True}])
+    result = sync_file(path, store=state)
+    record = result.record
+    assert record is not None and result.writeback_error is None
+    in_doubt, doubled = record["rows_in_doubt"], record["rows_possibly_duplicated"]
+    assert in_doubt > 0 and doubled >= in_doubt, record  # rows both in doubt and doubled
+
+    rows = _select(warehouse, f"SELECT external_id, payload, outcome, reason FROM {outcomes} "
+                              "WHERE run_id = :r", r=record["run_id"])
+    named = state.errors("events", limit=10_000)
+    assert len(rows) == len({e["row_key"] for e in named}) < len(named)
+    assert len({(r.external_id, r.payload) for r in rows}) == len(rows)  # one per row
+    counts = Counter(r.outcome for r in rows)
+    assert counts == Counter({"in_doubt": in_doubt, "possibly_duplicated": doubled - in_doubt})
+    assert all("may be doubled" in r.reason for r in rows)
 
 
 def test_a_target_that_cannot_be_written_fails_no_sync_and_the_next_run_writes_it(

@@ -6,7 +6,9 @@ Invariants:
   write-back is `pending`, with its error (no value, no secret), and the integration's next
   run tries it again;
 - a run's outcome rows are the row errors of the run and of its partitions' runs, each with
-  the key values kept with it (`row_errors.key_values`) and the retry state of its request.
+  the key values kept with it (`row_errors.key_values`) and the retry state of its request;
+  one per row: a row named possibly doubled (`duplicate`) and also failed or in doubt at the
+  same position is one outcome, the failed or in-doubt one, its reason saying both.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class Writebacks:
                 update=("state", "tries", "error", "updated_at"))
 
     def outcome_rows(self, run_id: str) -> Iterator[list[OutcomeRow]]:
-        """The row errors of a run and of its partitions' runs, in chunks."""
+        """The row errors of a run and of its partitions' runs, one per row, in chunks."""
         with self.engine.connect() as conn:
             ids = [run_id, *conn.scalars(sa.select(runs.c.run_id).where(
                 runs.c.scope == run_id))]
@@ -93,10 +95,27 @@ class Writebacks:
             result = conn.execution_options(yield_per=CHUNK).execute(sa.select(
                 row_errors.c.run_id, row_errors.c.kind, row_errors.c.position,
                 row_errors.c.row_key, row_errors.c.reason, row_errors.c.key_values,
-                row_errors.c.recorded_at).where(row_errors.c.run_id.in_(ids))
+                row_errors.c.recorded_at,
+                sa.case((row_errors.c.kind.in_(HELD_BACK), _same_row(["duplicate"])
+                         .limit(1).scalar_subquery())).label("doubled"),
+            ).where(row_errors.c.run_id.in_(ids), sa.not_(sa.and_(
+                row_errors.c.kind == "duplicate", sa.exists(_same_row(HELD_BACK)))))
                 .order_by(row_errors.c.run_id, row_errors.c.kind, row_errors.c.position))
             for chunk in result.partitions(CHUNK):
                 yield [_outcome(r, states) for r in chunk]
+
+
+HELD_BACK = ("failed", "in_doubt")
+"""The kinds that say how a row's request ended; a `duplicate` only adds that it was resent."""
+
+
+def _same_row(kinds: Sequence[str]) -> sa.Select[tuple[str]]:
+    """The reasons of the row errors of `kinds` at the same run and position as the row error
+    selected (a correlated subquery: the table's key, so one index lookup)."""
+    other = row_errors.alias("same_row")
+    return sa.select(other.c.reason).where(
+        other.c.run_id == row_errors.c.run_id, other.c.kind.in_(list(kinds)),
+        other.c.position == row_errors.c.position)
 
 
 def _retry_states(conn: sa.Connection, run_ids: Sequence[str]
@@ -110,7 +129,8 @@ def _outcome(r: Any, states: dict[tuple[str, int], tuple[int, str]]) -> OutcomeR
     req_no = request_of(r.position) if r.kind != "unmapped" else None
     tries, state = states.get((r.run_id, req_no), (None, None)) if req_no is not None \
         else (None, None)
-    return OutcomeRow(r.kind, r.row_key, _values(r.key_values), r.reason, tries, state,
+    reason = f"{r.reason}; {r.doubled}" if r.doubled else r.reason
+    return OutcomeRow(r.kind, r.row_key, _values(r.key_values), reason, tries, state,
                       r.recorded_at)
 
 
