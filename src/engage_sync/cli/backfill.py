@@ -303,11 +303,13 @@ def _stop_reason(result: ChunkResult) -> str:
 
 
 def dry_run(path: str, chunks: list[Chunk], *, resend_events: bool = False,
-            state_url: str | None = None, report: Callable[[str], None] = print
-            ) -> list[dict[str, Any]]:
-    """Each chunk's rows that a backfill would send (rows with start <= cursor < end, less the
-    events incremental runs sent or will send, unless `resend_events`), read and validated;
-    nothing sent, no flow run created."""
+            state_url: str | None = None, report: Callable[[str], None] = print,
+            send_whole: bool = False) -> list[dict[str, Any]]:
+    """What each chunk's run would do, with the options its flow run is given (`parameters`):
+    rows read (rows with start <= cursor < end, less the events incremental runs sent unless
+    `resend_events`; rejects and rows unchanged included, as its record counts them),
+    requests, and data points billed and saved (diffed against the field record as it is now,
+    or whole with `send_whole`). Nothing sent, no flow run created."""
     from engage_sync.adapters.wiring import open_state, sync_file
     from engage_sync.run.options import run_options
 
@@ -315,11 +317,23 @@ def dry_run(path: str, chunks: list[Chunk], *, resend_events: bool = False,
     out = []
     for n, chunk in enumerate(chunks, 1):
         outcome = sync_file(path, store=store, options=run_options(
-            "backfill", chunk.start, chunk.end, True, resend_events))
+            "backfill", chunk.start, chunk.end, True, resend_events, send_whole=send_whole))
         d = outcome.dry_run
         assert d is not None
-        out.append({"chunk": chunk.label(), "rows": d.rows, "requests": d.requests,
-                    "rejects": len(d.rejects)})
-        report(f"chunk {n}/{len(chunks)} {chunk.label()}: {d.rows} rows, {d.requests} "
-               f"requests, {len(d.rejects)} rejects")
+        out.append({"chunk": chunk.label(), "rows_read": d.rows_read,
+                    "rows_unchanged": d.unchanged, "rows_rejected": len(d.rejects),
+                    "requests": d.requests, "data_points_sent": d.points,
+                    "data_points_saved": d.saved})
+        report(f"chunk {n}/{len(chunks)} {chunk.label()}: {d.rows_read} rows read "
+               f"({d.unchanged} unchanged, {len(d.rejects)} rejected), {d.requests} requests, "
+               f"{d.points} data points ({d.saved} saved)")
     return out
+
+
+DRY_RUN_TOTALS = ("rows_read", "rows_unchanged", "rows_rejected", "requests",
+                  "data_points_sent", "data_points_saved")
+
+
+def dry_run_totals(chunks: list[dict[str, Any]]) -> dict[str, int]:
+    """The chunks' counts summed, as the backfill's runs would add up."""
+    return {key: sum(int(c[key]) for c in chunks) for key in DRY_RUN_TOTALS}

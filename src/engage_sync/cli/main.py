@@ -153,10 +153,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
           f"chunks of at most {args.chunk}", file=sys.stderr)
     if args.dry_run:
         rows = backfill.dry_run(str(path), chunks, resend_events=args.resend_events,
-                                state_url=args.state_url,
+                                state_url=args.state_url, send_whole=args.send_whole,
                                 report=lambda line: print(line, file=sys.stderr))
-        _print_json({"integration": path.stem, "chunks": rows,
-                     "rows": sum(r["rows"] for r in rows)})
+        _print_json({"integration": path.stem, "dry_run": True,
+                     **backfill.dry_run_totals(rows), "chunks": rows})
         return 0
     summary = backfill.run_backfill(
         path.stem, chunks, deployment=deployment,
@@ -305,7 +305,8 @@ def _add_backfill(sub: Any) -> None:
                     help="last day included, or a datetime excluded (UTC)")
     bf.add_argument("--chunk", default="1d", help="chunk length: 1h, 1d, 7d, ... (default 1d)")
     bf.add_argument("--dry-run", action="store_true",
-                    help="print the chunks and their row counts; create no run, send nothing")
+                    help="print what each chunk's run would do (rows read, requests, data "
+                         "points, with --send-whole too); create no run, send nothing")
     bf.add_argument("--resend-events", action="store_true",
                     help="send again events and purchases the incremental sync delivered")
     _send_whole(bf)

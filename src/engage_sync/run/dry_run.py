@@ -4,7 +4,9 @@ Invariants: nothing is written to the service or to the run history; the only wr
 field diff's fold of what a killed run logged (where things are recorded, not what).
 `data_points_sent` predicts what the service bills for the window as it is read now: each
 attribute key the diff would send (superseded rows none), each event and each purchase;
-rows the service would refuse one by one are the only thing it cannot see.
+rows the service would refuse one by one are the only thing it cannot see. `rows_read` is
+what the run's record would count as read: rows to send, rejects and rows unchanged (the
+diff's and superseded ones), never the rows a backfill drops as sent before.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class DryRun:
     points: int = 0
     saved: int = 0
 
+    @property
+    def rows_read(self) -> int:
+        """Rows the run would read and count: to send, rejected, or unchanged."""
+        return self.rows + self.unchanged
+
     def add(self, outcome: Item | tuple[str, str], packer: Any, sample_size: int) -> None:
         """One row read: a reject listed, or an item counted, sampled and packed."""
         self.rows += 1
@@ -54,7 +61,7 @@ class DryRun:
         unchanged, data points to send and saved), the first 100 rejects (keys and reasons)
         and a sample of objects (for an irreversible kind: every object it would send)."""
         return {"integration": integration, "dry_run": True, "rows": self.rows,
-                "rows_unchanged": self.unchanged, "requests": self.requests,
+                "rows_read": self.rows_read, "rows_unchanged": self.unchanged, "requests": self.requests,
                 "data_points_sent": self.points, "data_points_saved": self.saved,
                 "rejects": [list(r) for r in self.rejects[:100]],
                 "sample": [b.decode() for b in self.sample]}
