@@ -58,10 +58,12 @@ class DryRun:
 
     def summary(self, integration: str) -> dict[str, Any]:
         """What the run would send, after the field-level diff: counts (rows to send, rows
-        unchanged, data points to send and saved), the first 100 rejects (keys and reasons)
-        and a sample of objects (for an irreversible kind: every object it would send)."""
+        read, rows unchanged, data points to send and saved), the first 100 rejects (keys and
+        reasons) and a sample of objects (for an irreversible kind: every object it would
+        send)."""
         return {"integration": integration, "dry_run": True, "rows": self.rows,
-                "rows_read": self.rows_read, "rows_unchanged": self.unchanged, "requests": self.requests,
+                "rows_read": self.rows_read, "rows_unchanged": self.unchanged,
+                "requests": self.requests,
                 "data_points_sent": self.points, "data_points_saved": self.saved,
                 "rejects": [list(r) for r in self.rejects[:100]],
                 "sample": [b.decode() for b in self.sample]}
