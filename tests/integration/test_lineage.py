@@ -26,6 +26,7 @@ from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, R
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import SyncError
 from engage_sync.state.store import StateStore
+from engage_sync.status.record import record
 from tests.integration.conftest import (
     T0,
     Service,
@@ -227,7 +228,38 @@ def test_a_failed_run_emits_fail(
         assert (facets["engageSync"]["rowsRejected"], facets["engageSync"]["rowsSynced"]) == (3, 0)
     else:
         assert "no_such_table" in facets["errorMessage"]["message"]
+    (run,) = state.runs_newest_first("users", 0, 1)  # the counts of the record it left
+    assert (facets["engageSync"]["runId"], facets["engageSync"]["jobStatus"]) == (
+        run["run_id"], "error")
     assert sandbox_key not in events_file.read_text()
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_run_stopped_by_a_401_tells_fail_with_the_counts_of_its_record(
+        warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+        lineage_env: pytest.MonkeyPatch) -> None:
+    """A refused key raises out of the run after its record is written: the FAIL event
+    carries that record's counts, as every COMPLETE does, not the error message alone."""
+    events_file = tmp_path / "lineage.jsonl"
+    file_transport(lineage_env, events_file)
+    rows = [*user_rows(20), {"updated_at": T0, "external_id": "bad", "payload": "{"}]
+    path = users_file(warehouse, service, tmp_path, rows)
+    lineage_env.setenv("ENGAGE_API_KEY", "a-rotated-key-0000")
+    with pytest.raises(SyncError):
+        sync_file(path, store=state)
+    events = events_in(events_file)
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    for event in events:
+        check_event(event)
+    (run,) = state.runs_newest_first("users", 0, 1)
+    kept = record(run)
+    facet = events[-1]["run"]["facets"]["engageSync"]
+    assert (facet["runId"], facet["jobStatus"]) == (kept["run_id"], "error")
+    assert (facet["rowsRead"], facet["rowsSynced"], facet["rowsRejected"], facet["rowsFailed"],
+            facet["rowsInDoubt"]) == (kept["rows_read"], kept["rows_synced"],
+                                      kept["rows_rejected"], kept["rows_failed_with_errors"],
+                                      kept["rows_in_doubt"])
+    assert "401" in events[-1]["run"]["facets"]["errorMessage"]["message"]
 
 
 @pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)

@@ -10,15 +10,19 @@ where those tools read it. When off, openlineage is never imported. Dry runs emi
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError, RunInProgress
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import record
 
 SWITCHES = ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE__TRANSPORT__TYPE")
 
@@ -48,10 +52,13 @@ class Silent:
 
 
 @contextmanager
-def observe(path: str | Path, *, live: bool = True) -> Iterator[Observer]:
+def observe(path: str | Path, *, live: bool = True,
+            store: StateStore | None = None) -> Iterator[Observer]:
     """An observer of one run of the file at `path`; an exception raised inside is told as
-    FAIL (START first if the run never started), then raised on; but RunInProgress, told
-    nothing (a schedule's every tick during another process's long run)."""
+    FAIL (START first if the run never started), with the counts of the record the run left in
+    `store`, then raised on; but RunInProgress, told nothing (a schedule's every tick during
+    another process's long run)."""
+    since = datetime.now(UTC)
     if not live or not enabled():
         yield Silent()
         return
@@ -68,7 +75,41 @@ def observe(path: str | Path, *, live: bool = True) -> Iterator[Observer]:
     except RunInProgress:  # another process's run holds it: this start was no run, told nothing
         raise
     except BaseException as exc:  # FAIL; ABORT for an interrupt (Ctrl-C, SystemExit)
-        run.fail(exc, aborted=not isinstance(exc, Exception))
+        names = dict.fromkeys([run.job_name, _name_in(path)])
+        run.fail(exc, aborted=not isinstance(exc, Exception),
+                 record=_left_by_run(store, names, since))
         raise
     finally:
         client.close(5.0)
+
+
+def _name_in(path: str | Path) -> str:
+    """The integration the file names (its stem when it cannot be read: so a bad file's run is
+    recorded)."""
+    try:
+        return load_integration(path).name
+    except Exception:
+        return Path(path).stem
+
+
+def _left_by_run(store: StateStore | None, names: Iterable[str], since: datetime
+                 ) -> dict[str, Any] | None:
+    """The record of the newest run of the integration (under one of `names`) that ended at or
+    after `since` or is still running: the run that raised, since one process at a time runs
+    an integration. None when there is none, or the state database cannot say (its counts are
+    then unknown, never told as zeros)."""
+    if store is None:
+        return None
+    try:
+        for name in names:
+            for run in store.runs_newest_first(name, 0, 1):
+                ended = run["sync_finish_time"]
+                if ended is None or _utc(ended) >= since:
+                    return record(run)
+    except Exception:
+        return None
+    return None
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

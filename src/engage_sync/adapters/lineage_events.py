@@ -1,5 +1,7 @@
 """A run's OpenLineage events (openlineage-python): START once it knows its integration, then
-COMPLETE, or FAIL when its record says `error` / `config_error` or the run raised.
+COMPLETE, or FAIL when its record says `error` / `config_error` or the run raised. Every
+COMPLETE and FAIL carries the record's counts: a run that raised is told with the record it
+left (`lineage.observe` finds it), so a run stopped by a 401 shows what it read and sent.
 
 Input: the warehouse table; output: the service's endpoint (`lineage_names`). The run facet
 `engageSync` carries the record's counts (rows read, synced, rejected, failed, in doubt,
@@ -136,13 +138,18 @@ class RunLineage:
             facets["errorMessage"] = self._error(str(record.get("message") or "sync failed"))
         self._emit(RunState.FAIL if failed else RunState.COMPLETE, facets)
 
-    def fail(self, exc: BaseException, aborted: bool = False) -> None:
-        """FAIL (ABORT when `aborted`) for a run that raised; START first if it never
-        started."""
+    def fail(self, exc: BaseException, aborted: bool = False,
+             record: dict[str, Any] | None = None) -> None:
+        """FAIL (ABORT when `aborted`) for a run that raised, with the counts of the `record`
+        it left (as `finish`'s); START first if it never started."""
         if not self.started:
             self._emit(RunState.START, {})
-        self._emit(RunState.ABORT if aborted else RunState.FAIL,
-                   {"errorMessage": self._error(one_line(exc, self.job_name))})
+        facets: dict[str, RunFacet] = {}
+        if record is not None:
+            self._with_counts(record)
+            facets["engageSync"] = stats_facet(record)
+        facets["errorMessage"] = self._error(one_line(exc, self.job_name))
+        self._emit(RunState.ABORT if aborted else RunState.FAIL, facets)
 
     def _with_counts(self, record: dict[str, Any]) -> None:
         read, synced = int(record.get("rows_read") or 0), int(record.get("rows_synced") or 0)

@@ -199,7 +199,7 @@ def sync_file(
     options = options or RunOptions()
     store = store or open_state()
     since = _utcnow()
-    with lineage.observe(path, live=not options.dry_run) as seen:
+    with lineage.observe(path, live=not options.dry_run, store=store) as seen:
         try:
             result = _sync(path, options, store, budgets, on_progress, clock or _utcnow,
                            runner, seen, stop, blocks)
