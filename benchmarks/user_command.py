@@ -1,6 +1,6 @@
 """What a user runs, timed as a whole: `engage-sync run FILE` (a Prefect flow run on a temporary
-server, as a run without PREFECT_API_URL did before issue 23 and does with
-ENGAGE_SYNC_PREFECT_SERVER=temporary; `prefect-background`: without PREFECT_API_URL, the
+server, as a run without PREFECT_API_URL does with ENGAGE_SYNC_PREFECT_SERVER=temporary;
+`prefect-background`: without PREFECT_API_URL, the
 first run starting a server in the background that later runs use, as `engage-sync run` does
 now; `prefect-served`: on a server already running,
 as a deployment's run is) and `engage-sync run FILE --no-prefect`, each as its own process;

@@ -65,7 +65,7 @@ def bind_loopback(port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit this: answers go out at once instead of waiting on the
-    # peer's delayed ACK when headers and body are written separately (40 ms per request).
+    # peer's delayed ACK when headers and body are written separately (a delay on every request).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((HOST, port))
     return sock

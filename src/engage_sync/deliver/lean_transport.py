@@ -1,15 +1,15 @@
 """A keep-alive HTTP/1.1 transport on plain sockets (`http11`), for httpx.
 
 Why: a run sends about 13,000 requests a million rows, from threads that share the GIL with
-the thread that reads and packs. httpx's own transport (httpcore and h11, pure Python) costs
-about 290 µs of CPU a request on loopback; the standard library's `http.client` about 135 µs
-(benchmarks/README.md, "The lean transport"), of which its header parsing through the `email`
-package is most; `http11` a fraction of that ("Answers read without the email package").
+the thread that reads and packs. httpx's own transport (httpcore and h11, pure Python) and
+the standard library's `http.client` (whose header parsing through the `email` package is most
+of its cost) each spend several times the CPU a request that `http11` does
+(`benchmarks/transport_cpu.py`, figures in benchmarks/README.md).
 Two ways in, the same bytes on the wire: `handle_request` (an `httpx.Request` in, an
 `httpx.Response` out, as any httpx transport), and `prepare` once per URL and headers, then
 `post` per body (a `LeanAnswer` out), which the Deliverer uses: building httpx's request and
-response models cost it about 90 µs of CPU a request, as much as the exchange itself
-(benchmarks/README.md, "Requests without httpx's models"). Either way every error is httpx's
+response models cost it as much CPU as the exchange itself (`benchmarks/deliver_overhead.py`,
+figures in benchmarks/README.md). Either way every error is httpx's
 own, raised where httpx raises it, so `deliver.classify` tells "not sent" from "in doubt"
 exactly as before:
 

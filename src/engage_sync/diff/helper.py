@@ -2,10 +2,11 @@
 
 A run that opens on an empty record (`diffing.Differ.blank`) sends every object whole, so its
 diff does not change what is sent: it only computes every attribute's digest and records it
-once the service acknowledged the object. That work (≈ 8 µs a user of 10 attributes: the
-digests, then the log and its sort at the fold) would nearly double the CPU of the thread that
-reads and packs. A helper process does it on another core: after each settle the run hands it
-the objects the service acknowledged, in settle order; the helper digests them and appends
+once the service acknowledged the object. That work (the digests, then the log and its sort
+at the fold) would nearly double the CPU of the thread that reads and packs
+(`benchmarks/diff_throughput.py`, figures in benchmarks/README.md). A helper process does it
+on another core: after each settle the run hands it the objects the service acknowledged, in
+settle order; the helper digests them and appends
 them to a private SQLite file (appending needs only a few pages of cache, where keeping each
 user's record in key order as it came needed the whole table's); at the run's end the helper
 writes them over the integration's record in one transaction, sorted by user in SQLite as they
@@ -59,13 +60,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("engage_sync.diff.helper")
 
 AFTER = 20_000
-"""Items a first diffed run digests itself before it starts the helper (a process costs about
-half a second of start-up on another core, which a small run would wait for at its end)."""
+"""Items a first diffed run digests itself before it starts the helper (a process's start-up,
+on another core, costs more than a small run saves, and the run would wait for it at its end)."""
 ENV = "ENGAGE_SYNC_FIELD_HELPER_AFTER"
 QUEUED = 64  # settles' worth of objects waiting for the pipe before `hand` blocks
-CACHE_KIB = 2_048  # the helper's SQLite page cache while it appends (SQLite's default; 1M
-# appends took 1.19-1.20 CPU s with it against 1.20-1.23 with 8 MB, and the helper holds 6 MB
-# less while the run sends)
+CACHE_KIB = 2_048  # the helper's SQLite page cache while it appends (SQLite's default):
+# appends in rowid order touch few pages, so a larger cache saves no CPU and only holds memory
+# while the run sends
 LOG = "log"  # records as they come, in settle order (rowid)
 NICE = 19  # the helper yields a busy core to the run (the run's end waits for what it left)
 FINISH = "finish"
@@ -364,9 +365,10 @@ def _say_stored(written: int) -> None:
 def _store(header: dict[str, Any], path: str, stored: Callable[[int], None]) -> None:
     """The records kept in `path` over the integration's record; `stored` once they are
     committed. The state database is opened only now: until its end the helper holds no
-    SQLAlchemy (≈ 60 MB less for the whole run; the run itself has the same database open,
-    so the URL is known to work), and a SQLite file is written with the standard library
-    alone (`field_store_sql`), which then copies its WAL into the file while the run ends."""
+    SQLAlchemy (whose memory it would hold the whole run; the run itself has the same
+    database open, so the URL is known to work), and a SQLite file is written with the
+    standard library alone (`field_store_sql`), which then copies its WAL into the file while
+    the run ends."""
     if header.get("file"):
         from engage_sync.state.field_store_sql import (
             sorter_threads,

@@ -95,8 +95,8 @@ class Differ:
         write what it kept (raises SyncError if the helper failed). Their users are apart, so
         the helper may take the run's fresh deltas into its sorted pass (`takes_log`), and the
         fold after it applies what is left (an object in doubt's unknowns). The helper's write
-        is most of a first run's end (0.8 s for 1M users here, 10-11.6 s for 5M): the wait
-        is said when it starts and its time when it ends."""
+        is most of a first run's end and grows with its users: the wait is said when it starts
+        and its time when it ends."""
         helper, self.helper = self.helper, None
         if helper is None or not helper.takes_log:
             self.state.fold_fields(self.integration)

@@ -124,7 +124,8 @@ class Sink:
     def item(self, i: int, user: str, obj: dict[str, Any]) -> None:
         try:
             # Copied to an exact-size object: orjson's result keeps its oversized first
-            # allocation, and 100,000 of those alive at once fragment the heap (4x slower).
+            # allocation, and 100,000 of those alive at once fragment the heap, which slows
+            # every allocation.
             blob = bytes(memoryview(orjson.dumps(obj)))
         except (orjson.JSONEncodeError, TypeError):
             self.reject(i, "the object cannot be written as JSON (a value of unsupported type)")

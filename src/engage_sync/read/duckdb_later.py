@@ -1,14 +1,15 @@
 """A DuckDB window whose rows count their user's later rows (`LATER_ROWS`, mapped attributes
 with `superseded_rows: skip`) read in slices of its cursor, as `duckdb_slices` reads the rest.
 
-Counting later rows over the whole window in one query sorts it whole: under engage-sync's
-default limit of 128 MB, 2,500,000 rows of ≈ 90 bytes read and 5,000,000 ran out of memory. In
+Counting later rows over the whole window in one query sorts it whole, which runs out of
+memory on a large window under engage-sync's default limit of 128 MB (`benchmarks/duckdb_cap.py
+--later-rows`, figures in benchmarks/README.md). In
 slices, a row's later rows are the rows of its user with a newer cursor, or with the same
 cursor and a greater key, which share its slice (slices are cut by cursor value): the window
 function counts those in its slice (it runs after the slice's WHERE), and a temporary table of
 the users with more than one row in the window, each with its newest cursor, says whether the
-user has a newer cursor anywhere in the window (a GROUP BY, which DuckDB spills: 20,000,000
-users under 128 MB).
+user has a newer cursor anywhere in the window (a GROUP BY, which DuckDB spills to disk, so it
+stays under the limit however many users the window holds).
 
 Invariants:
 - a row's LATER_ROWS is 0 exactly when the window read in one query gives it 0 (it is its

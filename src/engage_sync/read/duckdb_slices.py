@@ -1,8 +1,8 @@
 """A large DuckDB window read in slices of its cursor column, so DuckDB never sorts it whole.
 
 DuckDB sorts the whole window before the first batch; under the run's memory limit it spills,
-but the merge of a large sort pins a block of every spilled run: 20,000,000 rows of ≈ 90 bytes
-ran out of memory under 128 MB (and under 64 MB), so the first load of a large table failed.
+but the merge of a large sort pins a block of every spilled run, so a large table's first
+load runs out of memory (`benchmarks/duckdb_cap.py`, figures in benchmarks/README.md).
 A window of more than `SLICE_ROWS` rows is cut at values of its cursor column taken from a
 sample of its rows, and each slice is read, sorted and streamed in turn.
 
@@ -30,16 +30,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 SLICE_ROWS = 62_500
-"""Rows DuckDB sorts at once, at most about, until a window has `MAX_SLICES` slices. Reading
-1,000,000 rows of ≈ 90 bytes peaked at 302 MB in one sort, 252 MB in slices of 250,000, 227 of
-125,000, 226 of 100,000, 211 of 62,500; a whole `--no-prefect` run's process peaked at 286 MB
-in slices of 250,000, 261 of 100,000 and 246 of 62,500."""
+"""Rows DuckDB sorts at once, at most about, until a window has `MAX_SLICES` slices: the
+smaller the slice, the lower a read's peak memory, and the whole run's with it
+(`benchmarks/duckdb_cap.py`, figures in benchmarks/README.md)."""
 MAX_SLICES = 64
-"""At most this many slices: a slice of a table not stored in cursor order scans the table
-(20,000,000 shuffled rows: 17.9 s in 80 slices of 250,000, 19.0 s in 64 of 312,500, 11.8 s in
-40 of 500,000, 11.4 s in 20 of 1,000,000, where the whole sort ran out of memory; each peaked
-at 307-313 MB, DuckDB's buffers full of the table's blocks). 100M rows: slices of ≈ 1.6M rows,
-which sort under the 128 MB limit as 5M rows did."""
+"""At most this many slices: a slice of a table not stored in cursor order scans the whole
+table, so past this count more slices cost more scans than their smaller sorts save, while
+slices this few still sort under the default 128 MB limit at 100M rows
+(`benchmarks/duckdb_cap.py`, figures in benchmarks/README.md)."""
 SAMPLE_ROWS = 20_000
 """Cursor values sampled to place the cuts (slices come within a few % of their size)."""
 

@@ -242,7 +242,7 @@ def stream_batches(
         raise _read_failed(engine, spec, exc) from exc
     if engine.dialect.name == "duckdb" and not (engine.url.database or ":memory:"
                                                 ).startswith(":memory:"):
-        # the window is read: DuckDB's buffers (≈ 90 MB at 1M rows) go back now, not at the
+        # the window is read: DuckDB's buffers (they grow with the window) go back now, not at the
         # run's end, while the run settles, folds and its field helper writes; a later read
         # opens the file again
         duckdb_turns.release(engine)

@@ -77,8 +77,8 @@ class SentKeys:
 
     def contains_many(self, keys: Sequence[str]) -> list[bool]:
         """Whether each key is in the set, in order. The keys are looked up in the order of
-        their hashes, whose searches then share the array's pages (0.11 µs a search against 0.87
-        in the keys' order, at 5M keys)."""
+        their hashes, whose searches then walk the array in order and share its cached pages,
+        where the keys' own order would jump across the whole array for each."""
         n = len(self._high)
         if not keys or not n:
             return [False] * len(keys)
@@ -146,7 +146,8 @@ def shared(key: Hashable, build: Callable[[], SentRows]) -> SentRows:
 
     The partitions of one backfill that run side by side in a process (Prefect's threads, a
     Dask worker's threads) each read what incremental runs sent, the same keys: they hold one
-    copy instead of one each (0.8 GB a copy at 50M keys). A copy built for an earlier sibling
+    copy instead of one each (a copy grows with the keys sent: `benchmarks/sent_keys_memory.py`,
+    figures in benchmarks/README.md). A copy built for an earlier sibling
     is a snapshot older than a later one's start, but consistent with its own `top`, which
     the sibling uses with it: what an incremental run sent in between is above that `top`
     (but for a lookback's late rows, which any backfill may meet while it runs).

@@ -1,9 +1,9 @@
 """A helper's whole records written over an integration's field record on PostgreSQL, by COPY.
 
-Row-by-row INSERTs through the driver cost ≈ 16 µs of the helper's CPU a record (1M records:
-17 s at the end of a first run, the run waiting); here SQLite renders each record as a line of
-COPY text itself, the lines go to the server in large writes, and the server deduplicates and
-upserts in one statement (1M records: ≈ 6 s, 1.3 s of it the helper's CPU).
+Row-by-row INSERTs through the driver spend the helper's CPU on every record while the run
+waits at its end; here SQLite renders each record as a line of COPY text itself, the lines go
+to the server in large writes, and the server deduplicates and upserts in one statement: the
+helper's CPU a record falls to a fraction, and the run's wait with it.
 
 Invariants: one transaction (the caller's); of a user's records the last appended (highest
 rowid) wins, over whatever the record held; no value is interpolated into SQL but the table's

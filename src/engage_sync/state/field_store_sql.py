@@ -1,15 +1,14 @@
 """The SQL that writes whole records kept in an attached SQLite table over an integration's
 field record. Shared by the state store and a first run's helper process, which runs it on a
-SQLite state database with the standard library alone (no SQLAlchemy: half a second of CPU
-and of the run's end). No import but the standard library's.
+SQLite state database with the standard library alone (no SQLAlchemy, whose import would
+lengthen the run's end). No import but the standard library's.
 
 The table holds (user_key, digests) appended in the order they were acknowledged; the rows are
 written sorted by key, then by rowid, so that the last of a user's records wins. On a first run
 the integration's fresh deltas in the state's field log (the run's own users, none of the
 helper's) may go in the same sorted pass (`with_log`): the record is then written in one pass
 into an empty range of its B-tree, where after a fold of them every page would be split
-anew (1M records and 20,000 logged: 1.26 s in one pass against 1.57 for the fold and then
-the store, `helper_store.py`)."""
+anew (`benchmarks/helper_store.py`, figures in benchmarks/README.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ BUSY_MS = 30_000  # every state connection waits this long for a lock (`schema.s
 SYNCHRONOUS = "NORMAL"  # and syncs at this level (WAL: at checkpoints, not every commit)
 SECURE_DELETE = "FAST"
 """and zeroes deleted content only where that writes no more pages. Some builds (Debian's) turn
-`secure_delete` on, which also writes every page a delete frees: compacting a 1M-event run's
-journal took 0.62 s of CPU against 0.39 with FAST (`benchmarks/compact_cpu.py`). The state
+`secure_delete` on, which also writes every page a delete frees and so makes a run's journal
+compaction cost more CPU (`benchmarks/compact_cpu.py`). The state
 holds no secret (row keys, key values, cursors, digests); what a delete leaves on freed pages
 (the key values compaction clears, pruned row errors) stays in the file until SQLite reuses
 the pages or a VACUUM, while the same keys stay in the live journal's merged entries."""
@@ -74,8 +73,8 @@ def usable_cpus(affinity: int | None = None, cpu_max: str = "/sys/fs/cgroup/cpu.
 
 def sorter_threads(cpus: int) -> int:
     """Threads SQLite's sorter may add to the writer's own (`PRAGMA threads`) on `cpus` CPUs:
-    one fewer than them, at most 3. Sorting 1M helper records took 1.3-1.4 s of wall against
-    1.6-1.8 with none on 2 CPUs, and 1.9-2.1 with two on one CPU."""
+    one fewer than them, at most 3: a helper thread shortens the sort only on a CPU of its
+    own, and on a shared one lengthens it (`benchmarks/helper_store.py`)."""
     return max(0, min(cpus, 4) - 1)
 
 
@@ -91,7 +90,8 @@ def store_sqlite_file(state_file: str, integration: str, path: str, table: str,
     `committed(written)`, if given, is called once the transaction is committed and before
     the WAL it filled is checkpointed into the database file (on this connection: its commit
     does not checkpoint), so that a caller may say the record is written while the copy goes
-    on: 1M records leave some 120 MB in the WAL, 0.21 s to copy (`helper_store.py`)."""
+    on: the WAL holds the whole record, and copying it is a visible part of a first run's end
+    (`benchmarks/helper_store.py`)."""
     db = sqlite3.connect(state_file, isolation_level=None)
     try:
         tune(db.execute)

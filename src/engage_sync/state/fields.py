@@ -5,8 +5,8 @@ keyed by a hash, and `engage_field_log`, the deltas settled since the last fold,
 
 Why a log: user keys are hashes, so writing each acknowledged user straight into the keyed
 table modifies one random page of a large B-tree per user, and SQLite writes every modified
-page to its WAL at every commit (~25 µs a user at 1M users). Appending to the log is
-sequential (~2 µs a user); a fold then writes the keyed table once, in key order.
+page to its WAL at every commit, a cost that grows with the table. Appending to the log is
+sequential and cheap; a fold then writes the keyed table once, in key order.
 
 The functions taking a `Connection` run inside `StateStore`'s transactions; `FieldRecord` is
 the store's part that opens them (a mixin using only `self.engine`). Invariants:
@@ -44,7 +44,7 @@ from engage_sync.state.schema import field_log, fields
 CHUNK = 900  # bind parameters per lookup: under SQLite's oldest limit (999)
 LOG_ROWS = 224  # deltas per INSERT (4 parameters each, under 999): one statement, not one
 # per row, so the settle releases and retakes the GIL a few times, not once a row (with the
-# send threads running, each retake waited; 10 µs a row against 3 in a quiet process)
+# send threads running, each retake waits for them)
 FOLD_ROWS = 5000  # logged merge deltas applied per round trip of a fold
 ANALYZE_AFTER = 100_000  # PostgreSQL: a fold this large refreshes the planner's statistics
 FRESH, MERGE = b"F", b"M"  # the first byte of `Item.fields`
@@ -79,7 +79,7 @@ def lookup(conn: Connection, integration: str, keys: Iterable[bytes]) -> dict[by
     rows, through SQLAlchemy costs as much as the database's own work.
 
     The rows are fetched from the driver's own cursor: SQLAlchemy's result rows cost more per
-    row than the query (2.5 s of an unchanged re-run of 1,000,000 users)."""
+    row than the query itself, on every row an unchanged re-run looks up."""
     unique = sorted(set(keys))  # in key order: neighbouring probes share pages
     found: dict[bytes, bytes] = {}
     mark = _mark(conn)
@@ -145,8 +145,7 @@ def fold(conn: Connection, integration: str) -> int:
 def refresh_statistics(conn: Connection, written: int) -> None:
     """PostgreSQL, after `written` rows went into the record (a fold, a helper's store): at
     `ANALYZE_AFTER` or more, the planner's statistics are refreshed. Without them, the next
-    lookups of a table just filled scan it whole (2.4 s for 10,000 users of 1,000,000, against
-    0.2 s)."""
+    lookups of a table just filled scan it whole, each a full pass over the record."""
     if written >= ANALYZE_AFTER and conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"ANALYZE {fields.name}")
 

@@ -32,14 +32,14 @@ from engage_sync.state.schema import SETTLED, journal, retries, runs
 MERGED_KEYS_CHARS = 8_000_000
 """Item keys (characters of their JSON text) one merged entry holds at most: about 600,000
 keys of a dozen characters. A run's whole journal merged into one entry grew with the run: its
-compaction held every key twice at the run's end (+140 MB at 5,000,000 events), a backfill
-parses an entry's keys at once, and a value passes SQLite's and PostgreSQL's 1 GB limit at some
-25,000,000 keys of 40 characters."""
+compaction held every key twice at the run's end, a backfill parses an entry's keys at once,
+and a value passes SQLite's and PostgreSQL's 1 GB limit at some 25,000,000 keys of 40
+characters."""
 KEYS_FETCHED = 500  # entries whose keys one query of a compaction reads; also the entries of
 # at most MERGED_ITEMS items a backfill's read of the sent keys fetches at once
 ENTRIES_FETCHED = 4  # merged entries a backfill's read of the sent keys holds at once: each
-# holds up to MERGED_KEYS_CHARS of keys (but those a version before 4635b5d merged whole), so
-# some 32 MB of text
+# holds up to MERGED_KEYS_CHARS of keys (but those an older release merged whole may hold
+# more), so some 32 MB of text
 MERGED_ITEMS = 1000  # an entry of more items than this is a merged one (a request holds 75)
 
 # built once: a run journals and settles each request (SQLAlchemy keys its compiled-SQL cache
@@ -69,7 +69,8 @@ def insert_pending(conn: Connection, run_id: str, entries: Sequence[JournalEntry
 
 def json_text(values: Sequence[str | None]) -> str:
     """A JSON array of texts (keys, key values), by orjson (a run journals 75 for each
-    request: 6x faster than `json`); by `json` if orjson refuses (a lone surrogate)."""
+    request, and orjson is several times faster than `json`); by `json` if orjson refuses (a
+    lone surrogate)."""
     try:
         return orjson.dumps(values).decode()
     except orjson.JSONEncodeError:
@@ -263,8 +264,8 @@ def _stretches(numbers: Sequence[int]) -> list[tuple[int, int]]:
 def _in_source_order(rows: Sequence[Any]) -> Sequence[Any]:
     """Entries in source order. In journal order each entry of a run that was never resumed
     starts where the one before ends, and a range's start is before its end, so that order is
-    the source order: the cursors are then not decoded (13,334 of them took 0.15 s of a 1M-event
-    run's end). A resumed run's journal may not chain: sorted by decoded end."""
+    the source order: the cursors are then not decoded, which would lengthen a large run's
+    end. A resumed run's journal may not chain: sorted by decoded end."""
     chained = all(r.start_cursor is not None and r.start_cursor == prev.end_cursor
                   for prev, r in pairwise(rows))
     return rows if chained else sorted(rows, key=lambda r: decode_cursor(r.end_cursor) or ())
