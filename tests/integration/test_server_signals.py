@@ -19,7 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engage_sync.adapters.wiring import open_state
 from engage_sync.demo.main import free_port
+from tests.integration.conftest import Service, Warehouse, table_integration, user_rows
 
 ENGAGE_SYNC = str(Path(sys.executable).parent / "engage-sync")
 TOKEN = "test-token-0123456789abcdef"
@@ -123,3 +125,32 @@ def test_a_port_in_use_is_one_line_and_a_failure(name: str, tmp_path: Path) -> N
     assert proc.returncode not in (0, None)
     assert len(lines) == 1, lines
     assert f"127.0.0.1:{port} is already in use" in lines[0]
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_sigterm_stops_the_status_servers_run_in_flight_resumable(
+        warehouse: Warehouse, service: Service, tmp_path: Path) -> None:
+    """A run the server started (POST .../sync) is its child: SIGTERM stops it as `engage-sync
+    run` stops, its requests in flight settled and its lease released, before the server
+    ends."""
+    folder = tmp_path / "config"
+    folder.mkdir()
+    table_integration(warehouse, service, folder, "attributes", user_rows(3000))  # 40 requests
+    service.faults([{"path": "/users/track", "action": "delay", "delay_seconds": 1.0}])
+    warehouse.engine.dispose()  # the DuckDB file's lock, for the server's run
+    port = free_port()
+    state_url = f"sqlite:///{tmp_path / 's.db'}"
+    argv = ["status-server", "--port", str(port), "--config-dir", str(folder),
+            "--state-url", state_url]
+    with started(argv, tmp_path) as proc:
+        assert wait_until(lambda: answers(port) or proc.poll() is not None)
+        assert httpx.post(f"http://127.0.0.1:{port}/cdi/integrations/users/sync", timeout=30,
+                          headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 202
+        assert wait_until(lambda: any(  # sending, mid-run
+            "/users/track" in path for path in service.counters()["requests"]))
+        lines = stop(proc, port, signal.SIGTERM)
+    assert "stopped by SIGTERM" in lines[-1] and "Traceback" not in "\n".join(lines)
+    assert any("resumable" in line for line in lines), lines
+    state = open_state(state_url)
+    assert not state.has_live_run("users")  # the lease released: the next run resumes now
+    assert state.count_runs("users") == 1
