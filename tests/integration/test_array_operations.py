@@ -1,4 +1,4 @@
-"""Issue 12, hole 9: one malformed array operation among 75 good rows costs its own row only."""
+"""One malformed array operation among 75 good rows costs its own row only."""
 
 from __future__ import annotations
 

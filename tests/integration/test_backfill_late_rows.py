@@ -1,7 +1,7 @@
-"""Issue 12, hole 4: a backfill of events finds the rows incremental runs did not send, row by
-row: an event written late into a stretch an incremental run already sent (below the
-incremental cursor, so no incremental run reads it) is sent by the backfill, and nothing the
-incremental runs sent is sent again."""
+"""A backfill of events finds the rows incremental runs did not send, row by row: an event
+written late into a stretch an incremental run already sent (below the incremental cursor, so
+no incremental run reads it) is sent by the backfill, and nothing the incremental runs sent
+is sent again."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nothing billed twice (issue 21), counted at the sandbox: backfills, full resyncs and a
+"""Nothing billed twice, counted at the sandbox: backfills, full resyncs and a
 newly mapped column go through the field diff; `send_whole` sends whole when asked; and a
 changed source schema stops a run before it sends anything (the schema guard)."""
 

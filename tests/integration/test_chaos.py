@@ -1,4 +1,4 @@
-"""Issue 12, the chaos test: three integrations (attributes; events under `resend`; events
+"""The chaos test: three integrations (attributes; events under `resend`; events
 under `skip`) against the sandbox with 429 storms, 5xx (before and after processing) and
 dropped connections injected, killed with SIGKILL at ten moments (several as soon as a resumed
 run sends its first request) and resumed each time. At the end: every attribute at its final

@@ -1,4 +1,4 @@
-"""Issue 12, hole 12: under `in_doubt: resend`, rows of requests sent again after an answer
+"""Under `in_doubt: resend`, rows of requests sent again after an answer
 the service may have processed (5xx, dropped connection) or after a kill are counted in the
 record (`rows_possibly_duplicated`) and named in the errors; every doubled event is among
 them."""

@@ -1,4 +1,4 @@
-"""Issue 12, hole 13: the errors listing has a header and shows a NULL key part plainly; a run
+"""The errors listing has a header and shows a NULL key part plainly; a run
 that synced none of its rows says why and what to do, in its record and in its alert."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, the fuzz test: a thousand malformed rows of every shape (bad JSON, wrong types,
+"""The fuzz test: a thousand malformed rows of every shape (bad JSON, wrong types,
 NULL and odd ids, huge strings, bad times, NaN, nested junk, array operations whose operands
 are not arrays) among good rows, for attributes and events, against the sandbox. Every bad
 row is rejected with its reason, or delivered as the service takes it (applied, or refused

@@ -1,4 +1,4 @@
-"""Issue 22: a request left in flight by a kill names its rows with their key values as the
+"""A request left in flight by a kill names its rows with their key values as the
 source holds them (kept by the exact journal), in doubt or possibly doubled, as the rows a
 settled request names (`test_writeback.py`)."""
 

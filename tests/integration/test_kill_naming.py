@@ -1,4 +1,4 @@
-"""Issue 12, hole 6: with `in_doubt: skip`, a run killed while sending, resumed, killed again
+"""With `in_doubt: skip`, a run killed while sending, resumed, killed again
 within seconds, then let finish: every event that did not reach the service is named in the
 errors, and the record's in-doubt count is exactly the rows named."""
 

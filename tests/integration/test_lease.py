@@ -1,4 +1,4 @@
-"""Issue 12, hole 5: run ownership is a lease in the state database. Two processes on one
+"""Run ownership is a lease in the state database. Two processes on one
 integration share a PostgreSQL state database; the first is frozen with SIGSTOP past its
 lease: the second takes the run over and finishes it; the first, woken, stops without
 sending. A live owner is never taken over before its lease expires."""

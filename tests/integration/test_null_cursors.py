@@ -1,4 +1,4 @@
-"""Issue 12, hole 2: rows with a NULL UPDATED_AT are counted in every run's record and warned
+"""Rows with a NULL UPDATED_AT are counted in every run's record and warned
 about once per run, or read as the oldest rows with `null_cursor: oldest`; on DuckDB and
 PostgreSQL. And an older state database gains the record's new column."""
 

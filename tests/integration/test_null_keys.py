@@ -1,4 +1,4 @@
-"""Issue 12, holes 7 and 8: a NULL row key never reaches an ordering or a comparison (Python or
+"""A NULL row key never reaches an ordering or a comparison (Python or
 SQL), and rejected rows that share a position are each counted and named; on DuckDB and
 PostgreSQL."""
 
@@ -28,8 +28,8 @@ def _row(external_id: str | None, at: Any = T0, payload: str = '{"plan": "pro"}'
 def test_a_null_key_among_rows_of_one_time_ends_the_run_cleanly(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    """The issue's case: 80 rows and one with a NULL EXTERNAL_ID at one UPDATED_AT crashed
-    journal compaction after the record was written `partial`."""
+    """80 rows and one with a NULL EXTERNAL_ID at one UPDATED_AT: the run ends cleanly, its
+    journal compacted after the record is written `partial` (where a NULL key must not crash it)."""
     path = table_integration(warehouse, service, tmp_path, "attributes",
                              [*user_rows(80), _row(None)])
     record = _sync(path, state)
@@ -62,7 +62,7 @@ def test_a_cursor_ending_in_a_null_key_keeps_later_rows_of_its_time(
 def test_rejected_rows_at_one_position_are_each_counted_and_named(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    """Hole 8, the issue's example: 3 rows with a NULL EXTERNAL_ID and 2 rows keyed `dup`
+    """Rejected rows sharing a position: 3 rows with a NULL EXTERNAL_ID and 2 rows keyed `dup`
     with bad JSON, all at one UPDATED_AT; then a good row. Each of the 6 rows is counted once,
     and over the runs the counts add up to the rows in the table."""
     rows = [_row(None) for _ in range(3)] + [_row("dup", payload="{bad") for _ in range(2)]

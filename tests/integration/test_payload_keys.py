@@ -1,4 +1,4 @@
-"""Issue 12, hole 1: payload-format events and purchases key rows by (identifier, PAYLOAD) by
+"""Payload-format events and purchases key rows by (identifier, PAYLOAD) by
 default; a short payload holding an email or a phone number must not reach the state database,
 the logs, the errors listing or the rejects artifact through a row key."""
 

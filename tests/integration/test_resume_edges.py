@@ -1,4 +1,4 @@
-"""Edges of crash-safety found in review: resumes whose journal is out of source order, a 401
+"""Edges of crash-safety: resumes whose journal is out of source order, a 401
 mid-run, a warehouse failure mid-run, and a full resync next to the incremental cursor."""
 
 from __future__ import annotations

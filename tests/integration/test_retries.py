@@ -1,4 +1,4 @@
-"""Failed rows are sent again by later runs, whatever their cursor (issue 21): a 503 storm
+"""Failed rows are sent again by later runs, whatever their cursor: a 503 storm
 longer than the retry deadline leaves rows failed; the next run, with the service healthy,
 sends them first without any UPDATED_AT changing, billed once; after `failed_row_tries`
 sends they are parked and named."""

@@ -1,7 +1,7 @@
 """Sending failed rows again must never send anything twice or older values over newer ones
-(issue 21, from an independent review of the retry pass, superseded rows and the schema
-guard): a retry sends only the failed request's own rows, keeps its range when resumed, passes
-an attribute row whose user has a newer row, waits while another process runs the integration;
+(the retry pass, superseded rows and the schema guard): a retry sends only the failed
+request's own rows, keeps its range when resumed, passes an attribute row whose user has a
+newer row, waits while another process runs the integration;
 a backfill does not send what a retry will; a payload key of mixed types never flips the schema
 guard; a value in doubt, then NULL, is removed."""
 from __future__ import annotations

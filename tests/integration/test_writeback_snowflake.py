@@ -1,4 +1,4 @@
-"""Issue 22: the write-back on Snowflake, live through its real connector against the
+"""The write-back on Snowflake, live through its real connector against the
 emulator (`test_snowflake_live.py`): the schema and tables created (DDL apart from the run's
 one transaction, since Snowflake's DDL commits), the record and the rejected row written,
 joined to the source by key, with no payload value."""

@@ -10,7 +10,7 @@ Redis rate budget every worker shares.
 - the flow builds the runner the config names (threads, a LocalCluster, an address), and runs
   partitions on Prefect's thread pool when none is named.
 Rows: ENGAGE_SYNC_DASK_ROWS (default 20,000 per kind, always run); 100,000 per kind is the
-200,000-row run (52-65 s on 2 shared cores), run with ENGAGE_SYNC_BIG=1.
+200,000-row run (about a minute), run with ENGAGE_SYNC_BIG=1.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 22: the service's key from a Prefect Secret block named in the integration file
+"""The service's key from a Prefect Secret block named in the integration file
 (`service.api_key_block`), on a real Prefect server: the flow run syncs with it, and the key is
 in no log line (the server's and this process's), artifact or state record."""
 

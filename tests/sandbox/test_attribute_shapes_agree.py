@@ -1,6 +1,6 @@
-"""Issue 12, hole 9: engage-sync's per-row attribute checks and the sandbox's item errors agree
-on every value shape below: what the validator lets through, the sandbox takes; what it rejects,
-the sandbox answers with an item error for that object alone (never a 500)."""
+"""engage-sync's per-row attribute checks and the sandbox's item errors agree on every
+value shape below: what the validator lets through, the sandbox takes; what it rejects, the
+sandbox answers with an item error for that object alone (never a 500)."""
 
 from __future__ import annotations
 

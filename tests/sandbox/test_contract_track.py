@@ -299,7 +299,7 @@ def test_attribute_values_and_unset(client: httpx.Client, control: httpx.Client)
 def test_bad_array_operation_is_an_item_error_and_nothing_half_applied(
     client: httpx.Client, control: httpx.Client
 ) -> None:
-    """Issue 12, hole 9: an array operator holding a non-array is an item error for that object
+    """An array operator holding a non-array is an item error for that object
     alone (201), never a 500 after the earlier objects were applied, and never stored as the
     characters of a string."""
     good = [{"external_id": f"g{i}", "tags": {"add": ["x"]}} for i in range(3)]

@@ -1,4 +1,4 @@
-"""Issue 12, holes 10 and 11: a config error names the file, the key and the fix, and never
+"""A config error names the file, the key and the fix, and never
 echoes a value of the file (a pasted API key above all), not even in its exception chain."""
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ BAD_NAMES = ["X; rm -rf /", "1ABC", "MY-KEY", "", "A B", "KEY$(id)", "ÄPI_KEY",
 
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_api_key_env_must_name_a_variable(tmp_path: Path, name: str) -> None:
-    """Issue 12, hole 11: refused naming file and key; never a shell command built from it."""
+    """An `api_key_env` that is no variable name is refused naming file and key; never a shell
+    command built from it."""
     error = str(_refused(tmp_path, "kind: attributes\nsource: {table: U}\n"
                                    f"service: {{api_key_env: {json.dumps(name)}}}\n"))
     assert "key 'service.api_key_env'" in error and "environment variable" in error

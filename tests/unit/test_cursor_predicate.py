@@ -91,7 +91,7 @@ nullable_row = st.tuples(st.integers(0, 3), st.sampled_from([None, "", "a", "b"]
 def test_null_keys_sort_first_in_sql_as_in_python(
     rows: list[tuple[Any, ...]], start: tuple[Any, ...],
 ) -> None:
-    """Issue 12, hole 7: a stored cursor holding a NULL key (NULL_KEY) still selects every row
+    """A stored cursor holding a NULL key (NULL_KEY) still selects every row
     after it, and NULL keys order the same in the predicate and in Python."""
     cursor = _position(start)
     expected = [r for r in rows if _position(r) > cursor]

@@ -1,4 +1,4 @@
-"""Issue 12, hole 13: the message of a run that synced nothing, and keys shown for people."""
+"""The message of a run that synced nothing, and keys shown for people."""
 
 from __future__ import annotations
 

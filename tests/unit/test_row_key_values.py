@@ -1,4 +1,4 @@
-"""Issue 22: a row error keeps its row's key values as the source holds them (pure): taken
+"""A row error keeps its row's key values as the source holds them (pure): taken
 from a cursor position (a reject, a row in flight at a crash), never from a request's."""
 
 from __future__ import annotations

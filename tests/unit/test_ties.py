@@ -1,4 +1,4 @@
-"""Ties (issue 12, hole 8): rows sharing a whole position get distinct error positions, with
+"""Ties: rows sharing a whole position get distinct error positions, with
 ordinals counted across batch boundaries."""
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ def test_mapped_attribute_values_of_bad_types_are_rejected() -> None:
 
 
 def test_malformed_array_operations_are_rejected_per_row() -> None:
-    """Issue 12, hole 9: a payload or a struct column holding {"add": <not an array of
+    """A payload or a struct column holding {"add": <not an array of
     strings>} is rejected with a reason naming the attribute, before packing; the rows around
     it are sent."""
     rows = batch(UPDATED_AT=times(4), EXTERNAL_ID=["u1", "u2", "u3", "u4"],

@@ -257,7 +257,7 @@ ARRAY_OPERATIONS: list[tuple[Any, str | None]] = [
 
 @pytest.mark.parametrize(("value", "reason"), ARRAY_OPERATIONS)
 def test_array_operations(value: Any, reason: str | None) -> None:
-    """Issue 12, hole 9: array operators take arrays of strings (add, remove) or objects
+    """Array operators take arrays of strings (add, remove) or objects
     (update); the reason names the attribute and the operator, never the value."""
     assert v.check_attribute_value("tags", value) == reason
 

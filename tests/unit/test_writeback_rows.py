@@ -1,4 +1,4 @@
-"""Issue 22: the write-back's rows (pure): key values decoded as the source holds them, one
+"""The write-back's rows (pure): key values decoded as the source holds them, one
 column per key column typed after its values, the outcome named, never a payload value."""
 
 from __future__ import annotations
