@@ -1,4 +1,4 @@
-"""Issue 12, hole 3: an accepted answer whose errors name no item keeps them: in the run's
+"""An accepted answer whose errors name no item keeps them: in the run's
 errors with the request they came from, counted in the record, listed by `engage-sync errors`
 and in the rejects artifact. The sandbox is real; a transport between the client and the
 sandbox adds such an error to the answer of the first request, as the service may."""
