@@ -1,4 +1,4 @@
-"""A backfill's dry run predicts the backfill (issue 47, item 5): `engage-sync backfill
+"""A backfill's dry run predicts the backfill: `engage-sync backfill
 --dry-run` first, then the real backfill chunk by chunk with its chunk runs' parameters; they
 agree on rows read, requests and data points, chunk by chunk (the runs' records) and in all
 (the sandbox's counters), diffed against the field record and with `--send-whole`. Real
