@@ -47,8 +47,9 @@ def test_a_resume_skips_settled_ranges_whatever_their_journal_order(
 ) -> None:
     path = _events(warehouse, service, tmp_path, in_doubt="resend",
                    service={"max_in_flight": 4})
-    # the journal two crashes leave: session 1 settled ranges 1, 3, 5 and left 2, 4 pending;
-    # session 2 re-sent range 2 as request 6 (pending at its crash) and range 4 as request 7
+    # the journal two crashes leave: the first attempt settled ranges 1, 3, 5 and left 2, 4
+    # pending; the resumed one re-sent range 2 as request 6 (pending at its crash) and range 4
+    # as request 7
     run = state.open_run("events", "incremental", None, datetime(2026, 1, 2))
     layout = {1: (1, "acked"), 2: (2, "pending"), 3: (3, "acked"), 4: (4, "pending"),
               5: (5, "acked"), 6: (2, "pending"), 7: (4, "acked")}
