@@ -8,11 +8,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterName,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 
 from engage_sandbox.server import SandboxHandle
 from engage_sync.demo.main import free_port
@@ -70,6 +76,36 @@ def test_a_bad_config_key_names_the_file_and_key(prefect_api: str, tmp_path: Pat
     line = assert_one_line(run_cli(prefect_api, tmp_path, path),
                            f"file {path}", "key 'servce'", "fix")
     assert line in flow_run_message("typo_users-incremental")
+
+
+def flow_run_logs(name: str, last: str, timeout: float = 60) -> list[str]:
+    """The messages of flow run `name`'s logs, once one starts with `last` (its final line)."""
+    with get_client(sync_client=True) as client:
+        run, = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+        deadline = time.monotonic() + timeout
+        while True:
+            said = [log.message for log in client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+            if any(m.startswith(last) for m in said) or time.monotonic() > deadline:
+                return said
+            time.sleep(0.5)
+
+
+def test_a_failure_is_said_once_in_the_users_words(prefect_api: str, tmp_path: Path) -> None:
+    """Not three times (Prefect's exception line, its final state, the command's own), and
+    never as an internal class: once on stderr, once in the flow run's logs, and the run's
+    state message is that line."""
+    path = tmp_path / "said_once.yaml"
+    path.write_text("kind: attributes\nsource: {table: users_sync}\nservce: {}\n")
+    done = run_cli(prefect_api, tmp_path, path)
+    line = assert_one_line(done, "key 'servce'")
+    assert done.stderr.count("servce") == 1, done.stderr
+    assert "SyncAlert" not in done.stderr and "encountered an exception" not in done.stderr
+    assert flow_run_message("said_once-incremental") == line
+    logs = flow_run_logs("said_once-incremental", "Finished in state")
+    assert [m for m in logs if "servce" in m] == [f"Finished in state Failed({line!r})"], logs
+    assert not any("SyncAlert" in m for m in logs), logs
 
 
 def test_a_missing_table_names_the_table_and_the_keys_to_fix(

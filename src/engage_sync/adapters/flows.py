@@ -15,7 +15,10 @@ from `prefect deployment run … --param …` or from `engage-sync run` does the
 
 A flow run fails (so Prefect automations and notifications fire) when the sync ends in `error`
 or `config_error`, or when the share of failed rows passes the integration's
-`failed_rows_alert_share`; the status record's `message` says the same. A run that finds its
+`failed_rows_alert_share`; the status record's `message` says the same. Such a flow (or task)
+returns a Failed state whose message is the failure's one line (`_failed`), not a raised
+SyncAlert: Prefect then logs it once, in the user's words, with no exception repr or traceback,
+and calling the flow still raises the SyncAlert. A run that finds its
 integration's run of the same mode still going in another process (a schedule's tick during a
 long first load) opens no warehouse, sends and records nothing, and ends in a Completed state
 named "Skipped", which says why: no alert fires every tick (a folder's run goes on with the
@@ -39,7 +42,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.states import Completed, State
+from prefect.states import Completed, Failed, State
 
 from engage_sync.adapters import prefect_exit, run_logs
 from engage_sync.adapters.failures import SyncAlert, one_line
@@ -58,8 +61,6 @@ from engage_sync.status.record import run_errors
 
 ARTIFACT_ROWS = 1000
 prefect_exit.register()  # no DuckDB leak report at exit of a process that ran a flow
-
-
 
 
 def _artifact_key(name: str) -> str:
@@ -198,9 +199,12 @@ async def sync_integration(
         accept_schema: Accept a changed type of a mapped column or payload key in the source
             (a run stops before sending anything when one changed since the last run).
     """
-    result = run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
-                     state_url, allow_deletes=allow_deletes, partitions=partitions,
-                     send_whole=send_whole, accept_schema=accept_schema)
+    try:
+        result = run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
+                         state_url, allow_deletes=allow_deletes, partitions=partitions,
+                         send_whole=send_whole, accept_schema=accept_schema)
+    except SyncAlert as exc:
+        return _failed(exc)
     if SKIPPED in result:
         return Completed(name="Skipped", message=result[SKIPPED], data=result)
     return result
@@ -210,9 +214,18 @@ async def sync_integration(
       task_run_name="{integration}")
 def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetime | None,
               dry_run: bool, resend_events: bool, state_url: str | None,
-              budgets: RateBudgets) -> dict[str, Any]:
-    return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
-                   budgets)
+              budgets: RateBudgets) -> dict[str, Any] | State[Any]:
+    try:
+        return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
+                       budgets)
+    except SyncAlert as exc:
+        return _failed(exc)
+
+
+def _failed(alert: SyncAlert) -> State[Any]:
+    """The Failed state of a run that needs attention: its message the alert's one line (the
+    UI's and the log's only line about it); calling the flow or task raises `alert`."""
+    return Failed(message=str(alert), data=alert)
 
 
 @flow(name="engage-sync-folder", log_prints=True, flow_run_name=_run_name)
@@ -224,7 +237,7 @@ def sync_folder(
     dry_run: bool = False,
     resend_events: bool = False,
     state_url: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State[Any]:
     """Sync every integration file of a folder: identify, merges, alias renames, subscriptions,
     attributes, events, purchases, then deletes; all share one set of rate budgets.
 
@@ -247,7 +260,7 @@ def sync_folder(
         except Exception as exc:
             failures.append(f"{path.stem}: {exc}")
     if failures:
-        raise SyncAlert("; ".join(failures))
+        return _failed(SyncAlert("; ".join(failures)))
     return results
 
 

@@ -5,6 +5,9 @@
   API log handler, which feeds the UI) still get the full record.
 - httpx and httpcore log one line per request at INFO: at INFO and above they are set to
   WARNING, so a run's progress lines are not drowned; `--log-level DEBUG` shows them again.
+- A failure is said once, by the command's last line: Prefect's own lines about it (a flow
+  or task run "Finished in state Failed(...)", the exception of an expected failure) are left
+  out of stderr, and still reach the flow run's logs.
 - `--debug` keeps every traceback.
 """
 
@@ -36,10 +39,27 @@ class BriefFormatter(logging.Formatter):
             record.exc_info, record.exc_text = saved
 
 
+class SaidOnce(logging.Filter):
+    """Leaves out Prefect's lines that repeat a failure the command's last line states."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("prefect"):
+            return True
+        if record.getMessage().startswith(FAILED):
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or not expected(exc)
+
+
+FAILED = "Finished in state Failed("
+
+
 def configure(level: str, *, debug: bool) -> None:
     """Root logging for one command run."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(FORMAT) if debug else BriefFormatter(FORMAT))
+    if not debug:
+        handler.addFilter(SaidOnce())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     if logging.getLogger().level > logging.DEBUG:
         for name in CHATTY:
