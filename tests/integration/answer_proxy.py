@@ -5,7 +5,11 @@ request is forwarded and its answer passed on whole, on a keep-alive connection:
 
 - ``not_json``: forwarded (the sandbox processes it), then answered 200 with an HTML page;
 - ``html_502``: not forwarded (nothing processed), answered 502 with a gateway's HTML page;
-- ``retry_later``: not forwarded, answered 503 with `Retry-After: 30`;
+- ``forwarded_502``: forwarded (the sandbox processes it), then answered 502 with a gateway's
+  HTML page, as a gateway does when the service's answer reaches it broken or late;
+- ``busy_503``: not forwarded, answered 503 with the service's own JSON (`message`);
+- ``retry_later``: not forwarded, answered 503 with the service's own JSON and
+  `Retry-After: 30`;
 - ``cut``: forwarded, then the sandbox's answer sent with its Content-Length but only half its
   body, and the connection closed;
 - ``stall``: forwarded, then the status line, headers and half the body sent, and nothing
@@ -30,6 +34,7 @@ import httpx
 HTML_502 = (b"<html><head><title>502 Bad Gateway</title></head><body><center>"
             b"<h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>")
 HTML_200 = b"<html><body><h1>Scheduled maintenance</h1><p>Back soon.</p></body></html>"
+UNAVAILABLE = b'{"message":"Service Unavailable"}'
 _PASSED = ("content-type", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
            "retry-after")
 _FORWARDED = ("authorization", "content-type", "user-agent", "x-braze-bulk")
@@ -90,12 +95,18 @@ class AnswerProxy:
                 conn.sendall(_head(502, "Bad Gateway", {"content-type": "text/html"},
                                    len(HTML_502), close=True) + HTML_502)
                 return
-            if action == "retry_later":
-                conn.sendall(_head(503, "Service Unavailable", {"retry-after": "30"}, 0))
+            if action in ("retry_later", "busy_503"):
+                wait = {"retry-after": "30"} if action == "retry_later" else {}
+                conn.sendall(_head(503, "Service Unavailable", {
+                    "content-type": "application/json", **wait}, len(UNAVAILABLE)) + UNAVAILABLE)
                 continue
             answer = self.upstream.request(method, path, content=body, headers={
                 k: v for k, v in headers.items() if k in _FORWARDED})
             passed = {k: v for k, v in answer.headers.items() if k in _PASSED}
+            if action == "forwarded_502":
+                conn.sendall(_head(502, "Bad Gateway", {"content-type": "text/html"},
+                                   len(HTML_502), close=True) + HTML_502)
+                return
             if action == "not_json":
                 passed["content-type"] = "text/html"
                 conn.sendall(_head(200, "OK", passed, len(HTML_200)) + HTML_200)

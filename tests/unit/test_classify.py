@@ -59,10 +59,20 @@ TABLE: list[tuple[str, int | None, bytes | None, Exception | None, str]] = [
     ("415", 415, None, None, "failed"),
     ("422", 422, None, None, "failed"),
     ("302 redirect", 302, None, None, "failed"),
-    ("408", 408, None, None, "retry"),
     ("429", 429, b'{"message":"rate limited"}', None, "retry"),
-    ("502", 502, b"<html>bad gateway</html>", None, "retry"),
-    ("503", 503, None, None, "retry"),
+    # a gateway answers 502, 503 or 504 after forwarding as readily as before: only the
+    # service's own 503 proves the request was refused before processing
+    ("502 gateway's HTML page", 502, b"<html>bad gateway</html>", None, "in_doubt"),
+    ("502 JSON", 502, b'{"message":"Bad Gateway"}', None, "in_doubt"),
+    ("502 no body", 502, None, None, "in_doubt"),
+    ("503 the service's JSON", 503, b'{"message":"Service Unavailable"}', None, "retry"),
+    ("503 gateway's HTML page", 503, b"<html>no healthy upstream</html>", None, "in_doubt"),
+    ("503 plain text", 503, b"upstream connect error or disconnect/reset before headers",
+     None, "in_doubt"),
+    ("503 no body", 503, None, None, "in_doubt"),
+    ("503 JSON without a message", 503, b"{}", None, "in_doubt"),
+    ("429 gateway's HTML page", 429, b"<html>too many requests</html>", None, "retry"),
+    ("408 no body", 408, b"", None, "retry"),
     ("500", 500, b'{"message":"oops"}', None, "in_doubt"),
     ("504", 504, None, None, "in_doubt"),
     ("520 unknown 5xx", 520, None, None, "in_doubt"),
@@ -75,6 +85,8 @@ TABLE: list[tuple[str, int | None, bytes | None, Exception | None, str]] = [
     ("WriteTimeout", None, None, httpx.WriteTimeout("timed out"), "retry"),
     ("ReadTimeout", None, None, httpx.ReadTimeout("timed out"), "in_doubt"),
     ("ReadError", None, None, httpx.ReadError("reset by peer"), "in_doubt"),
+    ("reset after the body was written", None, None,
+     httpx.ReadError("[Errno 104] Connection reset by peer"), "in_doubt"),
     ("RemoteProtocolError", None, None,
      httpx.RemoteProtocolError("Server disconnected without sending a response."), "in_doubt"),
     ("CloseError", None, None, httpx.CloseError("close failed"), "in_doubt"),
@@ -184,7 +196,22 @@ def test_long_service_messages_are_cut() -> None:
 
 
 def test_outcomes_compare_by_value() -> None:
-    assert classify(REQUEST, 503, None, None) == Outcome("retry", "503 service unavailable", 503)
+    assert classify(REQUEST, 429, None, None) == Outcome("retry", "429 rate limited", 429)
+
+
+@given(status=st.integers(500, 599), body=st.one_of(st.none(), st.binary(max_size=64)))
+def test_no_5xx_is_retried_as_not_processed_but_the_services_own_503(
+    status: int, body: bytes | None
+) -> None:
+    """Under `in_doubt: skip` a `retry` is sent again: a 5xx is one only when the service
+    itself said it refused the request (its 503 JSON with a message); any other 5xx may have
+    come from a gateway after it forwarded the request."""
+    outcome = classify(REQUEST, status, body, None)
+    if outcome.kind == "retry":
+        assert status == 503
+        data = orjson.loads(body or b"null")
+        assert isinstance(data, dict) and isinstance(data.get("message"), str)
+    assert outcome.kind in {"retry", "in_doubt", "failed"}
 
 
 @given(status=st.integers(100, 599), body=st.one_of(st.none(), st.binary(max_size=64)))
@@ -204,6 +231,7 @@ def test_every_status_gets_exactly_one_known_kind(status: int, body: bytes | Non
 def test_an_html_error_page_is_named_as_not_the_services_answer() -> None:
     page = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
     outcome = classify(REQUEST, 502, page, None)
-    assert outcome.kind == "retry"
-    assert outcome.reason.startswith("502 bad gateway (an HTML page, not the service's JSON")
+    assert outcome.kind == "in_doubt"
+    assert outcome.reason == ("502 bad gateway (may have been processed) (an HTML page, not "
+                              "the service's JSON: a proxy or gateway in front of it)")
     assert "nginx" not in outcome.reason  # the page itself is never repeated

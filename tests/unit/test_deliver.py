@@ -48,6 +48,7 @@ def reply(status: int, body: object = None, **headers: str) -> httpx.Response:
 
 
 OK = reply(201, {"message": "success", "attributes_processed": 1})
+UNAVAILABLE = {"message": "Service Unavailable"}  # the service's own 503: not processed
 
 
 def make_request(*, resend_in_doubt: bool = True, bulk: bool = False, **arrays: int) -> Request:
@@ -169,7 +170,7 @@ def test_a_429_pauses_every_sender_of_the_group(deliverer: Factory, header: str)
 
 
 def test_retry_after_is_a_floor_for_the_backoff(deliverer: Factory) -> None:
-    d, script, clock = deliverer(reply(503, Retry_After="12"), OK)
+    d, script, clock = deliverer(reply(503, UNAVAILABLE, Retry_After="12"), OK)
     result = d.send(make_request())
     assert result.outcome.kind == "ok"
     assert clock.slept[0] >= 12.0
@@ -240,7 +241,7 @@ def test_item_errors_map_to_the_right_items_across_arrays(deliverer: Factory) ->
 
 
 def test_deadline_turns_retry_into_failed(deliverer: Factory) -> None:
-    d, script, clock = deliverer(reply(503), deadline=10.0)
+    d, script, clock = deliverer(reply(503, UNAVAILABLE), deadline=10.0)
     result = d.send(make_request())
     assert result.outcome.kind == "failed"
     assert result.outcome.reason.startswith(f"gave up after {result.attempts} attempts")
@@ -250,7 +251,7 @@ def test_deadline_turns_retry_into_failed(deliverer: Factory) -> None:
 
 
 def test_deadline_keeps_an_in_doubt_request_in_doubt(deliverer: Factory) -> None:
-    d, _, _ = deliverer(reply(500), reply(503), deadline=10.0)
+    d, _, _ = deliverer(reply(500), reply(503, UNAVAILABLE), deadline=10.0)
     result = d.send(make_request(resend_in_doubt=True))
     assert result.outcome.kind == "in_doubt"  # the first attempt may have been processed
     assert result.outcome.status == 503
@@ -278,7 +279,7 @@ def test_one_debug_line_per_attempt_and_a_warning_per_retry(
     deliverer: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="engage_sync.deliver.deliverer")
-    d, _, _ = deliverer(reply(503), OK)
+    d, _, _ = deliverer(reply(503, UNAVAILABLE), OK)
     d.send(make_request(events=2))
     mine = [r for r in caplog.records if r.name == "engage_sync.deliver.deliverer"]
     debug = [r.getMessage() for r in mine if r.levelno == logging.DEBUG]

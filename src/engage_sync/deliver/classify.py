@@ -5,10 +5,14 @@ journal and status consume the outcome and never look at the response again.
 
 Kinds:
 - ``ok``: the service accepted the request; `item_errors` lists the items it refused anyway;
-- ``retry``: known not processed (connect errors, pool timeouts, 408, 429, 502, 503): send again;
-- ``in_doubt``: maybe processed (a timeout or a dropped connection after sending, a body cut
-  short, 500, 504 and unknown 5xx, a 2xx whose body is not the service's JSON object): send
-  again only when duplicates are acceptable;
+- ``retry``: known not processed (connect errors, pool timeouts, a write cut short, 408, 429,
+  and 503 in the service's own shape): send again;
+- ``in_doubt``: maybe processed: any answer that does not prove the request was refused before
+  processing (a timeout or a dropped connection after sending, a body cut short, 500, 502,
+  504 and unknown 5xx, a 503 that is not the service's JSON, a 2xx whose body is not the
+  service's JSON object): send again only when duplicates are acceptable. A gateway answers
+  502, 503 or 504 after forwarding as readily as before, so only the service's own refusal,
+  or one that by its meaning came before processing (408, 429), proves "not processed";
 - ``failed``: refused for good (400, 404, 413, 415, other 4xx): every item fails, with
   `item_errors` giving a finer reason where the service listed one;
 - ``fatal``: the whole run must stop (401, 403, an unusable base URL).
@@ -153,9 +157,12 @@ def _item_errors(
     return mapped, tuple(unmapped)
 
 
-_RETRY_STATUSES = {408: "request timeout", 429: "rate limited", 502: "bad gateway",
-                   503: "service unavailable"}
-_IN_DOUBT_STATUSES = {500: "server error", 504: "gateway timeout"}
+_RETRY_STATUSES = {408: "request timeout", 429: "rate limited"}
+# Not processed only when the service itself says so (its JSON object with a `message`): the
+# same status from a proxy or load balancer may come after it forwarded the request.
+_REFUSED_BY_THE_SERVICE = {503: "service unavailable"}
+_IN_DOUBT_STATUSES = {500: "server error", 502: "bad gateway", 503: "service unavailable",
+                      504: "gateway timeout"}
 _FAILED_STATUSES = {
     400: "bad request",
     404: "unknown endpoint",
@@ -206,6 +213,8 @@ def _classify_status(request: Request, status: int, body: bytes | None) -> Outco
     suffix = f": {message}" if message else _not_the_service(body)
     if status in _RETRY_STATUSES:
         return Outcome("retry", f"{status} {_RETRY_STATUSES[status]}{suffix}", status)
+    if status in _REFUSED_BY_THE_SERVICE and message is not None:
+        return Outcome("retry", f"{status} {_REFUSED_BY_THE_SERVICE[status]}{suffix}", status)
     if status in _FATAL_STATUSES:
         return Outcome("fatal", f"{status} {_FATAL_STATUSES[status]}", status)
     if status in _IN_DOUBT_STATUSES or (status >= 500 and status != 501):
