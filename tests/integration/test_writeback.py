@@ -170,12 +170,12 @@ def test_a_run_that_fails_is_written_back_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     path = _events(warehouse, service, tmp_path, _rows(0, 10, 1), {})
-    monkeypatch.setenv("ENGAGE_API_KEY", "not-the-key")  # 401: the run stops in error
-    with pytest.raises(SyncError):
+    monkeypatch.setenv("ENGAGE_API_KEY", "not-the-key")  # 401 to the key check: stopped
+    with pytest.raises(SyncError):  # before reading, in error
         sync_file(path, store=state)
     (run,) = state.runs_newest_first("events", 0, 5)
     assert _select(warehouse, "SELECT run_id, job_status, rows_rejected FROM "
-                              "engage_sync_runs") == [(run["run_id"], "error", 1)]
+                              "engage_sync_runs") == [(run["run_id"], "error", 0)]
 
 
 def test_a_partitioned_run_is_written_once_with_its_partitions_outcomes(

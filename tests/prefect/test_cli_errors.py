@@ -113,7 +113,8 @@ def test_a_missing_table_names_the_table_and_the_keys_to_fix(
 ) -> None:
     url = warehouse(tmp_path, sandbox.base_url)
     path = integration(tmp_path, "no_table", url, sandbox.base_url, source={"table": "nosuch"})
-    assert_one_line(run_cli(prefect_api, tmp_path, path),
+    assert_one_line(run_cli(prefect_api, tmp_path, path,  # a wrong key would be said first
+                            env={"ENGAGE_API_KEY": sandbox.api_key}),
                     "integration no_table", "table nosuch", "check source.table")
 
 
@@ -121,7 +122,7 @@ def test_an_unreachable_warehouse_says_so(prefect_api: str, tmp_path: Path,
                                           sandbox: SandboxHandle) -> None:
     url = f"postgresql+psycopg://sync:secret-pw@127.0.0.1:{free_port()}/analytics"
     path = integration(tmp_path, "no_wh", url, sandbox.base_url)
-    done = run_cli(prefect_api, tmp_path, path)
+    done = run_cli(prefect_api, tmp_path, path, env={"ENGAGE_API_KEY": sandbox.api_key})
     assert_one_line(done, "integration no_wh", "cannot connect to the warehouse",
                     "check the host and port in warehouse.url")
     assert "secret-pw" not in done.stderr

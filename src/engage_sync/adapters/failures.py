@@ -5,13 +5,21 @@ A bad config, a missing table, an unreachable warehouse, a missing or refused ke
 integration, file, key or table and say what to do, so the CLI prints that one line instead of
 a traceback, and the flow run fails with the same line as its state message. Anything else is a
 bug and keeps its traceback.
+
+Invariant: a run that starts leaves a record whatever stops it; what stops it before its loop
+opens a run row is recorded by `recorded` here, the one recorder of such failures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from engage_sync.errors import SyncError
+from engage_sync.errors import NOT_THE_RUNS_FAILURE, ConfigError, RunInProgress, SyncError
+
+if TYPE_CHECKING:
+    from engage_sync.state.store import StateStore
 
 
 class SyncAlert(RuntimeError):
@@ -40,3 +48,33 @@ def one_line(exc: BaseException, integration: str | None = None) -> str:
     if integration and f"integration {integration}" not in text and "file " not in text:
         text = f"integration {integration}: {text}"
     return text
+
+
+@contextmanager
+def recorded(store: StateStore, name: str, mode: str = "incremental",
+             only: type[Exception] = Exception) -> Iterator[None]:
+    """A failure raised inside (of type `only`) is recorded as the integration's run, then
+    raised: for what stops a run before its loop opens a run row of its own (a bad file, an
+    unset or refused key, a missing table, a warehouse out of reach). Nothing is recorded for
+    another process's run (RunInProgress) or a failure that is not the run's own
+    (NOT_THE_RUNS_FAILURE: a stop, a lost lease, the state database out of reach)."""
+    try:
+        yield
+    except (RunInProgress, *NOT_THE_RUNS_FAILURE):
+        raise
+    except only as exc:
+        record_failure(store, name, exc, mode)
+        raise
+
+
+def record_failure(store: StateStore, name: str, exc: Exception, mode: str = "incremental"
+                   ) -> None:
+    """The one recorder of a failure before a run's loop: a finished run of `name`,
+    `config_error` for a ConfigError, else `error`, whose message is the failure's one line
+    naming the integration. An unexpected exception (a bug) is named by its type only: its
+    text was written by no one here and could hold anything (the log keeps its traceback)."""
+    status = "config_error" if isinstance(exc, ConfigError) else "error"
+    message = one_line(exc if expected(exc) else RuntimeError(
+        f"stopped before reading by an unexpected {type(exc).__name__} (see the log)"), name)
+    run_id = store.open_run(name, mode, None, None, job_status=status, message=message)
+    store.finish_run(run_id, status, message=message)

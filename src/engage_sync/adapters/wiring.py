@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,12 +22,14 @@ from pydantic import SecretStr
 from engage_sync import kinds
 from engage_sync.adapters import lineage
 from engage_sync.adapters.budgets import budgets_for
+from engage_sync.adapters.failures import recorded
 from engage_sync.adapters.gc_tuning import tune_gc
 from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
 from engage_sync.cpu_affinity import pin_setting, run_pin
+from engage_sync.deliver.key_check import check_key
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
@@ -141,18 +142,6 @@ class RunResult:
     """Why writing the run back to the warehouse failed (the next run tries again)."""
 
 
-def load_or_record(path: str | Path, store: StateStore) -> Integration:
-    """Load an integration file; a bad one is recorded as a `config_error` run and re-raised."""
-    try:
-        return load_integration(path)
-    except ConfigError as exc:
-        name = Path(path).stem
-        run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
-                                message=str(exc))
-        store.finish_run(run_id, "config_error", message=str(exc))
-        raise
-
-
 Runner = Callable[[Integration, RateBudgets], Execute]
 """Given the integration and the process's budgets: how its partitions are executed."""
 
@@ -231,32 +220,36 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
           clock: Callable[[], datetime], runner: Runner | None,
           seen: lineage.Observer, stop: StopRequest | None,
           blocks: SecretBlocks | None) -> RunResult:
-    integration = load_or_record(path, store)
+    """What stops the run before its loop opens a run row is recorded (`failures.recorded`),
+    a dry run's reads and schema excepted; the key is checked before anything is read."""
+    with recorded(store, Path(path).stem, options.mode):
+        integration = load_integration(path)
     if not options.dry_run:  # before the warehouse is opened: a DuckDB file would be waited for
         refuse_if_in_progress(store, integration.name, options.mode, options.scope)
-    with _config_errors_recorded(store, integration.name):
+    with recorded(store, integration.name, options.mode):
         integration = with_expanded_service(integration)
         engine = warehouse_engine(integration)
     try:
-        # SchemaChanged is recorded as a config_error, but a dry run records nothing
-        with nullcontext() if options.dry_run else _config_errors_recorded(
-                store, integration.name):
-            guard_schema(integration, kinds.kind_of(integration), engine, store,
-                         accept=options.accept_schema, record=not options.dry_run)
-        if options.dry_run:
+        if options.dry_run:  # records nothing, not even a changed schema
+            guard_schema(integration, kinds.kind_of(integration), engine, store, record=False)
             return RunResult(integration.name, dry_run=dry_run(
                 integration, engine, store, clock=clock, options=options))
-        seen.start(integration, engine)
-        with _config_errors_recorded(store, integration.name):
+        with recorded(store, integration.name, options.mode):
             key = service_key(integration, blocks)
             run_budgets = budgets_for(integration, budgets)
             pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
-        with http_transport(integration) as transport:
+            transport = http_transport(integration)
+        with transport:
+            with recorded(store, integration.name, options.mode):
+                check_key(transport, integration.service, key, integration.name)
+                guard_schema(integration, kinds.kind_of(integration), engine, store,
+                             accept=options.accept_schema)
+            seen.start(integration, engine)
             result = _send(path, integration, options, runner, stop, pin, Deps(
                 engine=engine, state=store, transport=transport, api_key=key,
                 budgets=run_budgets, on_progress=on_progress, clock=clock, stop=stop))
         return RunResult(integration.name, record=result,
-                       alert=_alert(store, result, integration.failed_rows_alert_share))
+                         alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:
         duckdb_turns.release(engine)
 
@@ -277,7 +270,7 @@ def _send(path: str | Path, integration: Integration, options: RunOptions,
         if count == 1:
             return run_sync(integration, deps, options)
     execute = (runner or threads_runner)(integration, deps.budgets)
-    with _config_errors_recorded(store, integration.name):  # e.g. a kind not split
+    with recorded(store, integration.name, options.mode, only=ConfigError):  # a kind not split
         return run_partitioned(str(Path(path).resolve()), integration, options, store,
                                deps.engine, count, execute, deps.clock, portable_url(store),
                                deps.on_progress)
@@ -354,22 +347,6 @@ def _alert(store: StateStore, record: dict[str, Any], threshold: float | None) -
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@contextmanager
-def _config_errors_recorded(store: StateStore, name: str) -> Iterator[None]:
-    """A ConfigError raised inside is recorded as the integration's run, then raised."""
-    try:
-        yield
-    except ConfigError as exc:
-        _record_config_error(store, name, exc)
-        raise
-
-
-def _record_config_error(store: StateStore, name: str, exc: Exception) -> None:
-    run_id = store.open_run(name, "incremental", None, None, job_status="config_error",
-                            message=str(exc))
-    store.finish_run(run_id, "config_error", message=str(exc))
 
 
 def run_direct(path: str | Path, options: RunOptions, state_url: str | None = None
