@@ -89,9 +89,13 @@ def test_one_handler_while_runs_are_open_and_none_outside_a_run(
 
 
 def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
-        prefect_api: str, tmp_path: Path, users_yaml: Path) -> None:
+        prefect_api: str, tmp_path: Path, users_yaml: Path,
+        engage_logger: logging.Logger) -> None:
+    """At INFO (an expected wait): shipped where the process logs INFO, as `engage-sync run`
+    does by default."""
     from tests.integration.test_duckdb_turns import holder
 
+    engage_logger.setLevel(logging.INFO)
     proc = holder(tmp_path / "warehouse.duckdb", 2)  # another process has the file for 2 s
     try:
         state = asyncio.run(sync_integration(
@@ -100,9 +104,10 @@ def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
         proc.kill()
         proc.wait(30)
     assert state.is_completed(), state.message
-    said = [str(g["message"]) for g in _logs(prefect_api, str(state.state_details.flow_run_id))]
-    assert [m for m in said if m.startswith("the DuckDB file is held by another process; "
-                                            "waiting up to 300 s")], said
+    said = [(g["level"], str(g["message"]))
+            for g in _logs(prefect_api, str(state.state_details.flow_run_id))]
+    assert [level for level, m in said if m.startswith(
+        "the DuckDB file is held by another process; waiting up to 300 s")] == [logging.INFO], said
 
 
 def test_a_line_from_a_thread_without_a_run_goes_to_the_oldest_open_run(

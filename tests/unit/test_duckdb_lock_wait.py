@@ -3,6 +3,7 @@ over (pure: the connect, the clock and the sleep are passed in)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -83,3 +84,15 @@ def test_other_errors_are_not_waited_on() -> None:
 def test_the_lock_is_told_by_the_drivers_words() -> None:
     assert locked_elsewhere(LockError(LOCKED))
     assert not locked_elsewhere(LockError("Unique file handle conflict"))
+
+
+def test_a_wait_is_expected_so_it_is_said_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    """Runs of one DuckDB file take turns (a schedule's ticks start them together): a wait
+    is no warning, and it is said once however many tries it takes."""
+    caplog.set_level(logging.DEBUG, logger="engage_sync.read")
+    clock = Clock()
+    _, connect = held_for(6)
+    waiting_for_lock(connect, 30, clock=clock, sleep=clock.sleep)
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "engage_sync.read"]
+    assert said == [(logging.INFO, "the DuckDB file is held by another process; waiting up to "
+                                   "30 s for it (warehouse.lock_wait_seconds)")]

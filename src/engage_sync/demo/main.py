@@ -1,10 +1,15 @@
 """`engage-sync demo`: the whole product on embedded defaults, in one command.
 
 Builds a DuckDB warehouse with sample users, events and purchases (both row formats, a few
-invalid rows, rows sharing a timestamp), starts the sandbox as a separate process on loopback
-(the way a user would), runs the Prefect folder flow over `config/demo/`, prints the status
-records and what the sandbox holds, changes a few rows, runs again and shows that only the
-changes were sent.
+deliberately invalid rows, rows sharing a timestamp), starts the sandbox as a separate process
+on loopback (the way a user would), runs the Prefect folder flow over `config/demo/`, changes a
+few rows, runs again and shows that only the changes were sent.
+
+What it prints says what it shows: the deliberate bad rows first (why every first run ends
+`partial`), then one line per integration and run, the rows rejected with their reasons, what
+the sandbox holds, one integration's status records and the commands that show the rest. The
+runs' own log lines stay off the console below WARNING (they are in the flow runs' logs), unless
+the command logs at DEBUG.
 """
 
 from __future__ import annotations
@@ -133,26 +138,106 @@ def _profile(base: str, query: dict[str, str]) -> dict[str, Any] | None:
     return None if r.status_code == 404 else dict(r.json())
 
 
-def _summary(counters: dict[str, Any]) -> dict[str, Any]:
-    """The sandbox counters without the per-user breakdown (too long to print)."""
-    return {k: v for k, v in counters.items() if k != "events_by_user"}
-
-
 def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return {k: after[k] - before.get(k, 0) for k in ("events", "purchases",
             "attributes_processed", "data_points") if isinstance(after.get(k), int)}
 
 
-def _show(title: str, value: Any) -> None:
+BAD_ROWS = ("The demo tables hold deliberate bad rows, one or two a table (JSON that does not "
+            "parse, a row without its user key, an event property starting with `$`, a "
+            "currency that is not one...): so each integration's first run ends `partial`, its "
+            "bad rows rejected and recorded with their reasons (listed below), every other row "
+            "sent.")
+
+
+def summary(name: str, record: dict[str, Any]) -> str:
+    """One line of a run's status record: its status and what became of the rows it read."""
+    if "job_status" not in record:  # a dry run's summary or a skip: said as it is
+        return f"  {name:<17} {json.dumps(record, default=str)}"
+    rejected = int(record.get("rows_rejected") or 0)
+    failed = int(record.get("rows_failed_with_errors") or 0) - rejected  # the rest: refused
+    line = (f"  {name:<17} {record['job_status']:<8} read {record.get('rows_read', 0)}: synced "
+            f"{record.get('rows_synced', 0)}, rejected {rejected}, failed {failed}, unchanged "
+            f"{record.get('rows_unchanged', 0)}; {record.get('data_points_sent', 0)} data points")
+    if record.get("rows_in_doubt"):
+        line += f", {record['rows_in_doubt']} rows in doubt"
+    return line
+
+
+def _section(title: str, lines: list[str]) -> None:
     print(f"\n=== {title}")
-    print(json.dumps(value, indent=2, default=str))
+    for line in lines:
+        print(line)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The runs' own log lines (Prefect's, the progress, the records as dicts) kept off the
+    console below WARNING, unless the command logs at DEBUG; the flow runs' logs keep them."""
+    def loud(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+    root = logging.getLogger()
+    handlers = [] if root.level <= logging.DEBUG else list(root.handlers)
+    for handler in handlers:
+        handler.addFilter(loud)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(loud)
+
+
+def _ui() -> str:
+    """Where the flow runs' logs are: the Prefect UI's runs page, or what to start for one."""
+    from prefect.settings import PREFECT_UI_URL
+
+    url = PREFECT_UI_URL.value()
+    return f"{url}/runs" if url else "the Prefect UI (`prefect server start`)"
+
+
+def _rejected(store: Any, records: dict[str, Any]) -> list[str]:
+    """Each run's rejected rows: integration, row key, reason (never a payload value)."""
+    from engage_sync.status.record import shown_key
+
+    lines = []
+    for name, record in records.items():
+        run_id = record.get("run_id") if isinstance(record, dict) else None
+        for row in store.run_errors(run_id, limit=20) if run_id else []:
+            lines.append(f"  {name:<17} {shown_key(row['row_key']):<30} {row['reason']}")
+    return lines
+
+
+def _sandbox_lines(base: str, counters: dict[str, Any]) -> list[str]:
+    """What the sandbox holds, one fact a line."""
+    profile = _profile(base, {"external_id": "user-0003"}) or {}
+    requests = ", ".join(f"{path} {n}" for path, n in counters.get("requests", {}).items())
+    return [
+        f"  requests: {requests}",
+        f"  events {counters.get('events')}, purchases {counters.get('purchases')}, "
+        f"attributes processed {counters.get('attributes_processed')}, data points "
+        f"{counters.get('data_points')}",
+        f"  profile user-0003: attributes {json.dumps(profile.get('attributes'))}, "
+        f"subscriptions {json.dumps(profile.get('subscription_groups'))}, "
+        f"events {len(profile.get('events') or [])}, "
+        f"purchases {len(profile.get('purchases') or [])}",
+        *(f"  {what}: {json.dumps(seen)}"
+          for what, seen in identity_effects(lambda q: _profile(base, q)).items()),
+    ]
+
+
+def _synced(folder: Path, state_url: str) -> dict[str, Any]:
+    """The folder flow's status records by integration (a flow that failed raises its alert,
+    said in one line by the command)."""
+    from engage_sync.adapters.flows import sync_folder
+
+    records = sync_folder(str(folder), state_url=state_url)
+    if not isinstance(records, dict):
+        raise TypeError(f"the folder flow returned {records!r}")
+    return records
 
 
 def run_demo(workdir: Path, port: int = 0) -> int:
-    from engage_sync.adapters.flows import sync_folder
-    from engage_sync.adapters.wiring import open_state
-    from engage_sync.status.record import page
-
     logging.getLogger("httpx").setLevel(logging.WARNING)
     telemetry.turn_off()
     workdir = workdir.resolve()
@@ -163,36 +248,52 @@ def run_demo(workdir: Path, port: int = 0) -> int:
     build_warehouse(warehouse)
     port = port or free_port()
     seed = ROOT / "config" / "sandbox-seed.yaml"
-    with sandbox_process(port, seed, workdir / "sandbox.log") as base:
+    folder = ROOT / "config" / "demo"
+    with sandbox_process(port, seed, workdir / "sandbox.log") as base, _quiet():
         os.environ.update({
             "ENGAGE_DEMO_DIR": str(workdir),
             "ENGAGE_BASE_URL": base,
             "ENGAGE_API_KEY": DEMO_KEY,
         })
-        state_url = f"sqlite:///{state_db}"
-        folder = str(ROOT / "config" / "demo")
-        print(f"sandbox on {base}; warehouse {warehouse}; state {state_db}")
+        print(f"engage-sync demo: the integrations of {folder} run twice as the Prefect folder "
+              f"flow, from a DuckDB warehouse to the sandbox (a local stand-in for the "
+              f"service).\n  sandbox {base} (its log: {workdir / 'sandbox.log'})\n"
+              f"  warehouse {warehouse}\n  state {state_db}\n  the flow runs' logs: {_ui()}")
+        print(f"\n{BAD_ROWS}")
         # profiles that the identify, merge and alias-rename rows act on exist beforehand
         httpx.post(f"{base}/users/track", json=SEED_TRACK_BODY,
                    headers={"Authorization": f"Bearer {DEMO_KEY}"}).raise_for_status()
-        first = sync_folder(folder, state_url=state_url)
-        _show("first run: status records", first)
-        counters = httpx.get(f"{base}/_sandbox/counters").json()
-        _show("the sandbox after the first run (counters)", _summary(counters))
-        profile = httpx.get(f"{base}/_sandbox/profiles", params={"external_id": "user-0003"})
-        _show("profile user-0003", profile.json())
-        _show("identity and subscription syncs, as the sandbox sees them",
-              identity_effects(lambda q: _profile(base, q)))
-
-        change_rows(warehouse)
-        second = sync_folder(folder, state_url=state_url)
-        _show("second run (only the changes): status records", second)
-        after = httpx.get(f"{base}/_sandbox/counters").json()
-        _show("what the second run added at the sandbox (only the changed rows)",
-              _delta(counters, after))
-        store = open_state(state_url)
-        for name in sorted(p.stem for p in Path(folder).glob("*.yaml")):
-            _show(f"engage-sync status {name}", page(store, name, None).body())
-        print("\nrejected rows: run `engage-sync errors 10_users --state-url "
-              f"{state_url}` (and 20_events, 30_purchases)")
+        _two_runs(folder, warehouse, f"sqlite:///{state_db}", base)
     return 0
+
+
+def _two_runs(folder: Path, warehouse: Path, state_url: str, base: str) -> None:
+    """The first run, a few rows changed, the second; each said as it ends."""
+    from engage_sync.adapters.wiring import open_state
+    from engage_sync.status.record import page
+
+    first = _synced(folder, state_url)
+    store = open_state(state_url)
+    _section("first run: every row (status, then what became of the rows read)",
+             [summary(name, record) for name, record in first.items()])
+    _section("the rows it rejected, on purpose (integration, row key, reason)",
+             _rejected(store, first))
+    counters = httpx.get(f"{base}/_sandbox/counters").json()
+    _section("what the sandbox holds after the first run", _sandbox_lines(base, counters))
+
+    change_rows(warehouse)
+    second = _synced(folder, state_url)
+    _section("second run: 3 users changed, 2 events and 1 order added; only those are read "
+             "and sent", [summary(name, record) for name, record in second.items()])
+    added = _delta(counters, httpx.get(f"{base}/_sandbox/counters").json())
+    print("  the sandbox received: " + ", ".join(f"{k} +{v}" for k, v in added.items()))
+    _section("status records of 10_users, newest first (`engage-sync status 10_users`)",
+             json.dumps(page(store, "10_users", None).body(), indent=2,
+                        default=str).splitlines())
+    names = sorted(p.stem for p in folder.glob("*.yaml"))
+    _section("where to look", [
+        f"  engage-sync status NAME --state-url {state_url}   its runs' status records",
+        f"  engage-sync errors NAME --state-url {state_url}   its rejected and failed rows, "
+        "with reasons",
+        f"  NAME: any of {', '.join(names)}",
+    ])

@@ -10,7 +10,8 @@ processes.
   several integrations of one file start together, and all but one would fail with "Could not
   set lock on file". Invariant: a connect that meets another process's lock retries, with the
   process lock released between tries, until `lock_wait` seconds have passed since its first
-  failed try; then the driver's error is raised with the wait added to its message.
+  failed try; then the driver's error is raised with the wait added to its message. Such a
+  wait is expected, so it is said once, at INFO (the error at its end is the run's failure).
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def waiting_for_lock(connect: Callable[[], T], lock_wait: float, *,
             now = clock()
             if deadline is None:
                 deadline = now + lock_wait
-                if lock_wait > 0:  # a warning: the run may be minutes late, and this says why
-                    log.warning("the DuckDB file is held by another process; waiting up to "
-                                "%g s for it (warehouse.lock_wait_seconds)", lock_wait)
+                if lock_wait > 0:  # expected (runs of one file take turns): INFO, once a wait
+                    log.info("the DuckDB file is held by another process; waiting up to %g s "
+                             "for it (warehouse.lock_wait_seconds)", lock_wait)
             if now >= deadline:
                 longer = _waited(exc, lock_wait)
                 if longer is exc:
