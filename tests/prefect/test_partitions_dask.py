@@ -6,7 +6,9 @@ Redis rate budget every worker shares.
   one request over the limit in any window at the sandbox, 429s included (at most one 429
   answered);
 - a worker process SIGKILLed mid-run: Dask runs its partitions again on the other worker (or
-  the next start resumes them); nothing is lost, and events sent twice are counted;
+  the next start resumes them); nothing is lost, events sent twice are counted, and every
+  row counted as possibly doubled is listed by `engage-sync errors events` with its
+  partition;
 - the flow builds the runner the config names (threads, a LocalCluster, an address), and runs
   partitions on Prefect's thread pool when none is named.
 Rows: ENGAGE_SYNC_DASK_ROWS (default 20,000 per kind, always run); 100,000 per kind is the
@@ -44,6 +46,7 @@ from tests.integration.conftest import (
     Service,
     write_integration,
 )
+from tests.integration.errors_listing import listed
 from tests.redis_server import RedisServer
 
 LIMIT = 100  # /users/track requests per 1-second window at this sandbox: 7,500 objects/s
@@ -212,28 +215,37 @@ def busiest(pids: list[int], over: float = 0.3) -> int:
 
 @pytest.mark.parametrize("healed", [True, False], ids=["dask-reruns", "run-resumed"])
 def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
-        prefect_api: str, tight: Service, tmp_path: Path, healed: bool) -> None:
+        prefect_api: str, tight: Service, tmp_path: Path, healed: bool,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """`dask-reruns`: Dask runs the dead worker's partitions again on the other worker, where
     they resume. `run-resumed`: Dask gives up on them at once (allowed-failures 0): the other
     partitions finish, the run fails naming a partition, the cursor stays below every row the
-    stopped partitions had not settled, and the next start resumes only those."""
+    stopped partitions had not settled, and the next start resumes only those. Either way the
+    requests the killed worker had in flight (the sandbox holds requests 5-40 a while, so it
+    has some) are sent again, and each of their rows is listed under the integration as a
+    `duplicate` of its partition."""
     rows = 12_000
     _, events = build(tmp_path, tight, rows, users=1000)
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     env = {} if healed else {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    tight.faults([{"path": TRACK, "action": "delay", "nth": list(range(5, 41)),
+                   "delay_seconds": 4}])
     proc = run_flow(events, state_url, **env)
     deadline = time.monotonic() + 120
-    # Kill early: 10 of 160 requests, while every partition (40 requests each) still has
+    # Kill early: 24 of 160 requests, while every partition (40 requests each) still has
     # rows to send, so the busiest worker holds unfinished partitions. Killed at 70, a worker
     # whose two partitions had just finished (its Prefect log shipping still busy) could be
     # chosen on a loaded machine, and the run then had nothing to lose.
-    while len(track_log(tight)) < 10:
+    # 20 requests held (at most 8 in flight a partition): they are of 3 partitions or more,
+    # so each worker (2 partitions at a time) has some in flight when one is killed
+    while len(track_log(tight)) < 24:
         assert proc.poll() is None, finish(proc)[2][-3000:]
         assert time.monotonic() < deadline, "the run never started sending"
         time.sleep(0.1)
     workers = worker_pids(proc.pid)
     assert len(workers) == 2, workers
     os.kill(busiest(workers), signal.SIGKILL)
+    tight.faults([])
     code, out, err = finish(proc)
     killed_run = json.loads(out) if code == 0 else None
     assert (killed_run is not None) == healed, err[-3000:]
@@ -249,6 +261,11 @@ def test_a_dask_worker_killed_mid_run_loses_nothing_and_doubles_are_counted(
     assert doubled <= record["rows_possibly_duplicated"]  # every double counted
     assert record["rows_synced"] + record["rows_in_doubt"] + record[
         "rows_failed_with_errors"] >= rows
+    assert record["rows_possibly_duplicated"] > 0  # the killed worker's requests in flight
+    duplicates = [r for r in listed(state_url, "events", capsys) if r["kind"] == "duplicate"]
+    assert len(duplicates) == record["rows_possibly_duplicated"]  # each listed, once
+    assert {r["partition"] for r in duplicates} <= {f"{k}/4" for k in range(4)}
+    assert {e for e, n in sent.items() if n > 1} <= {r["row_key"] for r in duplicates}
     store = open_state(state_url)
     runs = store.runs_newest_first("events", 0, 10)
     assert len(runs) == 1 and runs[0]["job_status"] in ("success", "partial")

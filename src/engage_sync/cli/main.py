@@ -109,7 +109,8 @@ def cmd_errors(args: argparse.Namespace) -> int:
     from engage_sync.status.record import shown_key
 
     store = open_state(args.state_url)
-    rows = store.errors(Path(args.integration).stem, limit=args.limit)
+    name, partition = _errors_of(args.integration)
+    rows = store.errors(name, limit=args.limit, partition=partition)
     if not rows:
         print("no rejected or failed rows recorded")
         return 0
@@ -117,14 +118,28 @@ def cmd_errors(args: argparse.Namespace) -> int:
     notes = _retry_notes(store, rows)
     width = min(max(len("ROW KEY"), *map(len, keys)), 40)
     note_width = max(len("RETRY"), *map(len, notes))
-    print(f"{'RECORDED (UTC)':<19}  {'KIND':<9} {'ROW KEY':<{width}}  "
-          f"{'RETRY':<{note_width}}  REASON")
-    for row, key, note in zip(rows, keys, notes, strict=True):
+    partitioned = any(row.get("partition") for row in rows)  # a column only then
+    parts = [f"{row.get('partition') or '-':<9} " if partitioned else "" for row in rows]
+    print(f"{'RECORDED (UTC)':<19}  {'KIND':<9} {'PARTITION ' if partitioned else ''}"
+          f"{'ROW KEY':<{width}}  {'RETRY':<{note_width}}  REASON")
+    for row, key, note, part in zip(rows, keys, notes, parts, strict=True):
         at = row["recorded_at"]
         at = at.astimezone(UTC) if at.tzinfo is not None else at  # naive: stored in UTC
-        print(f"{at:%Y-%m-%d %H:%M:%S}  {row['kind']:<9} "
+        print(f"{at:%Y-%m-%d %H:%M:%S}  {row['kind']:<9} {part}"
               f"{key:<{width}}  {note:<{note_width}}  {row['reason']}")
     return 0
+
+
+def _errors_of(integration: str) -> tuple[str, str | None]:
+    """(integration name, partition `k/N` or None) of what `errors` was given: a file path or
+    a name, or a partition's run name `<integration>#k/N` (never cut to a file stem)."""
+    from engage_sync.config import partition_names
+
+    parsed = partition_names.parse(integration)
+    if parsed is None:
+        return Path(integration).stem, None
+    own = integration.removesuffix(partition_names.suffix(*parsed))
+    return Path(own).stem, partition_names.label(*parsed)
 
 
 def _retry_notes(store: Any, rows: list[dict[str, Any]]) -> list[str]:

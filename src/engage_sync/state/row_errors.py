@@ -13,6 +13,10 @@ A row error also keeps the row's declared key columns' values as they are in the
 (`key_values`, JSON as cursors are encoded; a payload key column as its MD5), so the
 write-back can join it to its source row: taken from the position when it is a cursor
 (rejects, crashes), else handed in by whoever knows them (the send loop, the journal).
+
+A row error is kept under the integration's own name, whichever run records it: a partition's
+run (`<integration>#k/N`) says which partition, so listing an integration's errors lists every
+partition's, each with its partition (`partition` of `errors`, `run_errors`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from engage_sync.config import partition_names
 from engage_sync.cursor.progress import Cursor, encode_cursor
 from engage_sync.state.records import RunCounts, now
 from engage_sync.state.schema import journal, row_errors, runs, upsert
@@ -88,11 +93,25 @@ def unmapped_position(req_no: int, k: int) -> str:
     return f"req{req_no}:unmapped:{k}"
 
 
+def own_name(name: str) -> str:
+    """The integration of a run's name: a partition's `<integration>#k/N` without its suffix."""
+    parsed = partition_names.parse(name)
+    return name if parsed is None else name.removesuffix(partition_names.suffix(*parsed))
+
+
+def partition_of(run_name: str | None) -> str | None:
+    """`k/N` of a partition's run name, else None (a run that is not a partition)."""
+    parsed = partition_names.parse(run_name) if run_name is not None else None
+    return None if parsed is None else partition_names.label(*parsed)
+
+
 def insert_errors(conn: Connection, run_id: str, integration: str, kind: str,
                   rows: list[tuple[str, str, str]],
                   key_values: Mapping[str, str | None] | None = None) -> None:
     """Record row errors of one kind as (position, row key, reason), with their key values
-    (by position, else from a cursor position: `cursor_key_values`); a second time, a no-op."""
+    (by position, else from a cursor position: `cursor_key_values`); a second time, a no-op.
+    `integration` may be a partition's run name: the error is kept under the integration's."""
+    integration = own_name(integration)
     at = now()
     known = key_values or {}
     values = [{"run_id": run_id, "position": pos, "row_key": key, "kind": kind,
@@ -142,23 +161,38 @@ class RowErrors:
         with self.engine.connect() as conn:
             return run_counts(conn, run_id)
 
-    def errors(self, integration: str, limit: int = 100) -> list[dict[str, Any]]:
+    def errors(self, integration: str, limit: int = 100, partition: str | None = None
+               ) -> list[dict[str, Any]]:
+        """The integration's row errors, newest first, its partitions' included, each with
+        `partition` (`k/N`, or None outside a partitioned run); only partition `k/N`'s when
+        `partition` is given."""
         with self.engine.connect() as conn:
+            names = [integration, *conn.scalars(  # kept under a partition's name before
+                sa.select(runs.c.integration).distinct().where(runs.c.integration.startswith(
+                    partition_names.family_prefix(integration), autoescape=True)))]
+            query = _with_run_name(sa.select(row_errors)).where(
+                row_errors.c.integration.in_(names))
+            if partition is not None:
+                query = query.where(runs.c.integration == partition_names.run_name(
+                    integration, *_parsed(partition)))
             rows = conn.execute(
-                sa.select(row_errors).where(row_errors.c.integration == integration)
-                .order_by(row_errors.c.recorded_at.desc(), row_errors.c.row_key).limit(limit)
-            ).mappings().all()
-        return [dict(r) for r in rows]
+                query.order_by(row_errors.c.recorded_at.desc(), row_errors.c.row_key)
+                .limit(limit)).mappings().all()
+        return [_shown(r) for r in rows]
 
     def run_errors(self, run_id: str, limit: int = 1000) -> list[dict[str, Any]]:
-        """(kind, row key, reason) of one run's row errors, by kind and position."""
+        """(kind, row key, reason) of one run's row errors, by kind and position; a
+        partitioned run's are its partitions', each with its `partition` (`k/N`)."""
         with self.engine.connect() as conn:
+            parts = list(conn.scalars(sa.select(runs.c.run_id).where(runs.c.scope == run_id)))
+            query = sa.select(row_errors.c.kind, row_errors.c.row_key, row_errors.c.reason)
+            if parts:
+                query = _with_run_name(query)
             rows = conn.execute(
-                sa.select(row_errors.c.kind, row_errors.c.row_key, row_errors.c.reason)
-                .where(row_errors.c.run_id == run_id)
+                query.where(row_errors.c.run_id.in_([run_id, *parts]))
                 .order_by(row_errors.c.kind, row_errors.c.position).limit(limit)
             ).mappings().all()
-        return [dict(r) for r in rows]
+        return [_shown(r) for r in rows]
 
     def prune_errors(self, older_than: datetime) -> int:
         """Delete row errors recorded before `older_than`, except those of runs still running
@@ -168,3 +202,25 @@ class RowErrors:
             return conn.execute(row_errors.delete().where(
                 row_errors.c.recorded_at < older_than,
                 row_errors.c.run_id.not_in(running))).rowcount
+
+
+def _with_run_name(query: sa.Select[Any]) -> sa.Select[Any]:
+    """The query with the name of each row error's run (`run_name`), for its partition."""
+    return query.add_columns(runs.c.integration.label("run_name")).select_from(
+        row_errors.outerjoin(runs, runs.c.run_id == row_errors.c.run_id))
+
+
+def _shown(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A row error as listed: its run's name replaced by its partition (when it was read)."""
+    shown = dict(row)
+    if "run_name" in shown:
+        shown["partition"] = partition_of(shown.pop("run_name"))
+    return shown
+
+
+def _parsed(partition: str) -> tuple[int, int]:
+    """(index, count) of a partition's label `k/N`; ValueError for anything else."""
+    parsed = partition_names.parse(f"#{partition}")
+    if parsed is None:
+        raise ValueError(f"not a partition (k/N): {partition!r}")
+    return parsed
