@@ -43,6 +43,7 @@ from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import refuse_if_in_progress
 from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema
+from engage_sync.run.snapshot_run import sync_of
 from engage_sync.run.stop import StopRequest
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
@@ -268,7 +269,7 @@ def _send(path: str | Path, integration: Integration, options: RunOptions,
         if options.mode in ("incremental", "full_resync"):
             retry_failed_rows(integration, replace(deps, on_progress=None))
         if count == 1:
-            return run_sync(integration, deps, options)
+            return sync_of(integration)(integration, deps, options)  # cursor or snapshot
     execute = (runner or threads_runner)(integration, deps.budgets)
     with recorded(store, integration.name, options.mode, only=ConfigError):  # a kind not split
         return run_partitioned(str(Path(path).resolve()), integration, options, store,

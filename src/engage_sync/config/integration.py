@@ -34,6 +34,14 @@ from engage_sync.config.service import (
     Service,
     TaskRunnerConfig,
 )
+from engage_sync.config.snapshot import (
+    DEFAULT_MAX_LEAVES,
+    Changes,
+    MaxLeaves,
+    OnLeave,
+    SnapshotSection,
+    snapshot_problem,
+)
 from engage_sync.config.track_formats import IdentifierKind, MappedFormat, PayloadFormat
 from engage_sync.config.writeback import Writeback, key_column_clash
 
@@ -150,6 +158,11 @@ class Integration(Frozen):
     task_runner: TaskRunnerConfig = TaskRunnerConfig()
     writeback: Writeback | None = None
     """Where each run's record and its rows' outcomes are written back (`writeback/`)."""
+    changes: Changes = "cursor"
+    """`snapshot`: no cursor; each run compares the whole result with the snapshot."""
+    on_leave: OnLeave = "keep"
+    max_leaves: MaxLeaves = DEFAULT_MAX_LEAVES
+    snapshot: SnapshotSection | None = None
 
     @field_validator("kind")
     @classmethod
@@ -165,6 +178,16 @@ class Integration(Frozen):
     @model_validator(mode="after")
     def _partitions(self) -> Integration:
         problem = partition_problem(self, self.partitions)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _snapshot(self) -> Integration:
+        m = self.mapping
+        problem = snapshot_problem(
+            self.changes, self.kind, m is not None, bool(m and m.subscription_groups),
+            self.partitions, self.lookback is not None, set(self.model_fields_set))
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -96,7 +96,8 @@ def key_values(sources: Sequence[RowBatch], seq: int) -> str | None:
 
 def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
     """What to read: the cursor and key columns, then the columns the kind reads."""
-    cols = [integration.cursor_column, *integration.key_columns, *kind.columns(integration)]
+    cols = [*([integration.cursor_column] if integration.changes == "cursor" else []),
+            *integration.key_columns, *kind.columns(integration)]  # snapshot: no cursor
     return SourceSpec(
         integration=integration.name,
         table=integration.source.table,

@@ -1,0 +1,151 @@
+"""The comparison inside the warehouse: the model's whole result against the snapshot, kept as
+the run's pending changes (a table), and their counts.
+
+Invariants:
+- no row leaves the warehouse here: the join, the digests and the numbering run in SQL, and
+  only counts come back;
+- the pending table is made once, when a run opens; a resumed run reads the same rows in the
+  same order (`SEQ`), whatever the model holds by then;
+- a user is pending when the snapshot does not hold it (new: its attributes with a value), when
+  an attribute's digest differs from the snapshot's (changed: those attributes, a NULL one as
+  a removal), or, with `on_leave` other than keep, when the model no longer returns it (left:
+  `clear` removes each attribute the snapshot holds a value of, and only those); a user with
+  nothing to send is not pending;
+- leavers are numbered after every other user.
+A digest is the first 16 hex digits of the MD5 of the value's text in the warehouse: stable
+across versions of the warehouse's engine (its own hash functions are not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import DDLCompiler
+from sqlalchemy.sql.ddl import DDLElement
+
+from engage_sync.read.extract import source_of
+from engage_sync.read.key_digest import key_md5
+from engage_sync.read.source_spec import SourceSpec
+from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, SEQ, Layout
+
+HERE = "engage_here"
+
+
+class CreateTableAs(DDLElement):
+    """CREATE TABLE <name> AS <select>: the select's types become the table's."""
+
+    inherit_cache = False
+
+    def __init__(self, name: str, select: sa.Select[Any], if_not_exists: bool = False) -> None:
+        self.name, self.select, self.if_not_exists = name, select, if_not_exists
+
+
+@compiles(CreateTableAs)
+def _create_as(element: CreateTableAs, compiler: DDLCompiler, **kw: Any) -> str:
+    body = compiler.sql_compiler.process(element.select, literal_binds=True)
+    exists = "IF NOT EXISTS " if element.if_not_exists else ""
+    return f"CREATE TABLE {exists}{element.name} AS {body}"
+
+
+def digest(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """A value's digest (NULL for NULL), computed by the warehouse."""
+    return sa.func.substr(key_md5(column), 1, 16)
+
+
+def ensure_snapshot(conn: Connection, layout: Layout, spec: SourceSpec,
+                    resolved: dict[str, str]) -> None:
+    """Create the schema and the snapshot table if missing (the identifier columns typed as
+    the model's), and a digest column for each attribute it lacks."""
+    prep = conn.dialect.identifier_preparer
+    if layout.schema:
+        conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {prep.quote_schema(layout.schema)}")
+    empty = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
+                      *(sa.cast(sa.null(), sa.String).label(a.digest)
+                        for a in layout.attributes)
+                      ).select_from(source_of(spec)).where(sa.false())
+    conn.execute(CreateTableAs(layout.quoted(conn.dialect, layout.snapshot_name), empty,
+                               if_not_exists=True))
+    have = {c["name"].lower() for c in sa.inspect(conn).get_columns(
+        layout.snapshot_name, schema=layout.schema)}
+    for a in layout.attributes:
+        if a.digest not in have:
+            conn.exec_driver_sql(
+                f"ALTER TABLE {layout.quoted(conn.dialect, layout.snapshot_name)} "
+                f"ADD COLUMN {prep.quote(a.digest)} VARCHAR")
+
+
+def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
+                   on_leave: str) -> sa.Select[Any]:
+    """The users to send and what of each (see the module's invariants), numbered."""
+    cur = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
+                    *(sa.column(resolved[a.column]).label(a.column) for a in layout.attributes),
+                    *(digest(sa.column(resolved[a.column])).label(a.digest)
+                      for a in layout.attributes),
+                    sa.literal(1).label(HERE)).select_from(source_of(spec)).subquery("engage_cur")
+    old = layout.snapshot().alias("engage_old")
+    joined = cur.join(old, sa.and_(*(cur.c[c] == old.c[c] for c in layout.ids)), full=True)
+    is_new = old.c[layout.ids[0]].is_(None)
+    is_left = cur.c[HERE].is_(None)
+    sends = []
+    for a in layout.attributes:
+        gone = old.c[a.digest].is_not(None) if on_leave == "clear" else sa.false()
+        sends.append(sa.case((is_new, cur.c[a.digest].is_not(None)), (is_left, gone),
+                             else_=cur.c[a.digest].is_distinct_from(old.c[a.digest])
+                             ).label(a.send))
+    change = sa.case((is_new, sa.literal(NEW)), (is_left, sa.literal(LEFT)),
+                     else_=sa.literal(CHANGED)).label(CHANGE)
+    inner = sa.select(change,
+                      *(sa.func.coalesce(cur.c[c], old.c[c]).label(c) for c in layout.ids),
+                      *(cur.c[a.column] for a in layout.attributes),
+                      *(cur.c[a.digest] for a in layout.attributes),
+                      *sends).select_from(joined).subquery("engage_delta")
+    wanted: list[sa.ColumnElement[Any]] = [inner.c[a.send] for a in layout.attributes]
+    if on_leave == "delete":
+        wanted.append(inner.c[CHANGE] == LEFT)
+    last = sa.case((inner.c[CHANGE] == LEFT, 1), else_=0)
+    seq = sa.func.row_number().over(order_by=[last, *(inner.c[c] for c in layout.ids)])
+    return sa.select(seq.label(SEQ), *inner.c).where(sa.or_(*wanted))
+
+
+def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: dict[str, str],
+                 on_leave: str) -> None:
+    """The run's pending changes, made anew (what a finished run left is replaced)."""
+    name = layout.quoted(conn.dialect, layout.pending_name)
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+    conn.execute(CreateTableAs(name, pending_select(layout, spec, resolved, on_leave)))
+
+
+@dataclass(frozen=True)
+class PendingCounts:
+    """The run's pending users by change, the users in the snapshot, and identifiers the
+    model returns more than once (among the pending)."""
+
+    new: int = 0
+    changed: int = 0
+    left: int = 0
+    held: int = 0
+    repeated: int = 0
+
+
+def pending_counts(conn: Connection, layout: Layout) -> PendingCounts:
+    p, s = layout.pending(), layout.snapshot()
+    by = {str(k): int(n) for k, n in conn.execute(
+        sa.select(p.c[CHANGE], sa.func.count()).group_by(p.c[CHANGE]))}
+    held = int(conn.execute(sa.select(sa.func.count()).select_from(s)).scalar_one())
+    ids = [p.c[c] for c in layout.ids]
+    twice = sa.select(*ids).where(*(i.is_not(None) for i in ids)).group_by(*ids).having(
+        sa.func.count() > 1).subquery("engage_twice")
+    repeated = int(conn.execute(sa.select(sa.func.count()).select_from(twice)).scalar_one())
+    return PendingCounts(by.get(NEW, 0), by.get(CHANGED, 0), by.get(LEFT, 0), held, repeated)
+
+
+def pending_points(conn: Connection, layout: Layout) -> int:
+    """The attributes the pending users would send (one point each)."""
+    p = layout.pending()
+    terms = [sa.func.sum(sa.case((p.c[a.send], 1), else_=0)) for a in layout.attributes]
+    total = sa.select(*terms)
+    return sum(int(v or 0) for v in conn.execute(total).one())

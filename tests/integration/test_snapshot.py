@@ -1,0 +1,153 @@
+"""`changes: snapshot` end to end on DuckDB and PostgreSQL, counted at the sandbox: a model of
+5,000 users × 4 attributes without UPDATED_AT, compared with its snapshot in the warehouse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.errors import ConfigError
+from engage_sync.state.store import StateStore
+from engage_sync.status.record import page
+from tests.integration.conftest import (
+    Service,
+    Warehouse,
+    kill_during_request,
+    resume_cli,
+    seed_profiles,
+    write_integration,
+)
+
+USERS = 5000
+ATTRIBUTES = ("plan", "city", "score", "vip")
+SCHEMA = "engage_snap"
+
+
+def _rows(n: int = USERS, start: int = 0) -> list[dict[str, Any]]:
+    return [{"user_id": f"u{i:05d}", "plan": "free", "city": ["Lyon", "Oslo"][i % 2],
+             "score": i, "vip": i % 7 == 0} for i in range(start, start + n)]
+
+
+def _model(wh: Warehouse, svc: Service, folder: Path, **extra: Any) -> Path:
+    wh.create("model", [("user_id", sa.String()), ("plan", sa.String()),
+                        ("city", sa.String()), ("score", sa.Integer()),
+                        ("vip", sa.Boolean())])
+    wh.insert("model", _rows())
+    return write_integration(folder, "traits", {
+        "kind": "attributes", "changes": "snapshot",
+        "warehouse": {"url": wh.url},
+        "source": {"table": "model"},
+        "mapping": {"identifier": {"external_id": "user_id"},
+                    "attributes": {a: a for a in ATTRIBUTES}},
+        "snapshot": {"schema": SCHEMA},
+        "service": {"base_url": svc.base_url, "retry_deadline_seconds": 60},
+        **extra})
+
+
+def _run(path: Path, state: StateStore) -> dict[str, Any]:
+    record = sync_file(path, store=state).record
+    assert record is not None
+    return record
+
+
+def _points(svc: Service) -> int:
+    return int(svc.counters()["data_points"])
+
+
+def _objects(svc: Service) -> int:
+    return int(svc.counters()["attributes_processed"])
+
+
+def test_first_run_sends_everyone_then_only_what_changed(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _model(warehouse, service, tmp_path)
+    first = _run(path, state)
+    assert _objects(service) == USERS and _points(service) == USERS * len(ATTRIBUTES)
+    assert first["rows_synced"] == USERS and first["job_status"] == "success"
+    requests = len(service.requests())
+
+    again = _run(path, state)  # nothing changed: no request at all
+    assert len(service.requests()) == requests
+    assert again["rows_read"] == 0 and again["job_status"] == "success"
+
+    warehouse.execute("UPDATE model SET plan = 'gold' WHERE score < 100")
+    changed = _run(path, state)
+    assert _points(service) == USERS * len(ATTRIBUTES) + 100
+    assert changed["data_points_sent"] == 100 and changed["rows_synced"] == 100
+    sent = [o for r in service.requests()[requests:] for o in r["body"]["attributes"]]
+    assert sent[0] == {"external_id": "u00000", "plan": "gold"}
+    assert len(service.requests()) == requests + 2  # 100 objects, 75 a request
+
+
+def test_leavers_are_cleared_only_of_what_engage_sync_set(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    sandbox_key: str
+) -> None:
+    # profiles engage-sync never wrote, and an attribute another tool set on a leaver
+    seed_profiles(service, sandbox_key, [{"external_id": f"x{i:03d}", "plan": "other"}
+                                         for i in range(20)]
+                  + [{"external_id": "u00001", "loyalty": "gold"}])
+    path = _model(warehouse, service, tmp_path, on_leave="clear")
+    _run(path, state)
+    before = _points(service)
+    warehouse.execute("DELETE FROM model WHERE score < 100")
+    left = _run(path, state)
+    assert _points(service) == before + 100 * len(ATTRIBUTES)  # 400 removals
+    assert left["data_points_sent"] == 400 and left["rows_synced"] == 100
+    gone = service.profile("u00001")
+    assert gone is not None and gone["attributes"] == {"loyalty": "gold"}
+    assert all(service.profile(f"x{i:03d}")["attributes"] == {"plan": "other"}  # type: ignore[index]
+               for i in range(20))
+    assert _run(path, state)["rows_read"] == 0  # the leavers left the snapshot too
+
+    warehouse.insert("model", _rows(1, start=1))  # a user who comes back is sent whole
+    back_at = len(service.requests())
+    _run(path, state)
+    (request,) = service.requests()[back_at:]
+    assert request["body"]["attributes"] == [
+        {"external_id": "u00001", "plan": "free", "city": "Oslo", "score": 1, "vip": False}]
+
+
+def test_an_emptied_model_stops_before_any_request(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _model(warehouse, service, tmp_path, on_leave="clear")
+    _run(path, state)
+    requests = len(service.requests())
+    warehouse.execute("DELETE FROM model")
+    with pytest.raises(ConfigError) as refused:
+        _run(path, state)
+    assert len(service.requests()) == requests
+    message = str(refused.value)
+    assert "5000" in message and "(500:" in message and "max_leaves" in message
+    last = page(state, "traits", None).results[0]
+    assert last["job_status"] == "config_error" and "5000" in last["message"]
+
+
+def test_a_run_killed_while_clearing_resumes_and_clears_each_attribute_once(
+    warehouse: Warehouse, service: Service, tmp_path: Path, sandbox_key: str
+) -> None:
+    path = _model(warehouse, service, tmp_path, on_leave="clear",
+                  service={"base_url": service.base_url, "retry_deadline_seconds": 60,
+                           "max_in_flight": 1})
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    warehouse.engine.dispose()  # the run's process opens the DuckDB file
+    resume_cli(path, state_url, sandbox_key)
+    warehouse.execute("DELETE FROM model WHERE score < 300")
+    warehouse.engine.dispose()
+    before, at = service.counters()["data_points_by_key"]["attributes"], len(service.requests())
+    kill_during_request(path, service, sandbox_key, state_url, nth=at + 2)
+    record = resume_cli(path, state_url, sandbox_key)
+
+    after = service.counters()["data_points_by_key"]["attributes"]
+    assert {a: after[a] - before[a] for a in ATTRIBUTES} == {a: 300 for a in ATTRIBUTES}
+    cleared = [(o["external_id"], k) for r in service.requests()[at:] if r["status"] == 201
+               for o in r["body"]["attributes"] for k in o if k != "external_id"]
+    assert len(cleared) == len(set(cleared)) == 300 * len(ATTRIBUTES)
+    assert record["job_status"] == "success"
+    assert resume_cli(path, state_url, sandbox_key)["rows_read"] == 0
