@@ -151,3 +151,20 @@ def test_a_run_killed_while_clearing_resumes_and_clears_each_attribute_once(
     assert len(cleared) == len(set(cleared)) == 300 * len(ATTRIBUTES)
     assert record["job_status"] == "success"
     assert resume_cli(path, state_url, sandbox_key)["rows_read"] == 0
+
+
+def test_users_whose_requests_failed_are_sent_again_by_the_next_run(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _model(warehouse, service, tmp_path,
+                  service={"base_url": service.base_url, "retry_deadline_seconds": 0.5})
+    _run(path, state)
+    warehouse.execute("UPDATE model SET city = 'Rome' WHERE score < 100")
+    before = _points(service)
+    service.faults([{"path": "/users/track", "action": "503"}])
+    failed = _run(path, state)
+    service.faults([])
+    assert failed["rows_synced"] == 0 and _points(service) == before
+    again = _run(path, state)  # the snapshot did not move over them: sent now, once
+    assert again["rows_synced"] == 100 and _points(service) == before + 100
+    assert _run(path, state)["rows_read"] == 0
