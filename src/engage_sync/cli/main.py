@@ -18,6 +18,7 @@ from typing import Any
 
 from engage_sync.adapters import gc_tuning, telemetry
 from engage_sync.adapters.failures import expected, one_line
+from engage_sync.cli import dbt_run
 from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
 
@@ -53,6 +54,8 @@ EXIT_IN_PROGRESS = 75  # EX_TEMPFAIL: another process runs the integration; try 
 
 def cmd_run(args: argparse.Namespace) -> int:
     gc_tuning.raise_threshold()  # from the start, imports and all, as its sync has it
+    if dbt_run.wants_folder(args):  # a folder, picked by dbt's manifest and run results
+        return dbt_run.run_folder(args, _prefect_server)
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
         from engage_sync.adapters.wiring import run_direct
@@ -278,6 +281,7 @@ def _add_run(sub: Any) -> None:
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",
                      help="run the pipeline directly, without a Prefect flow run")
+    dbt_run.add_flags(run)
     run.set_defaults(func=cmd_run)
 
 

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from engage_sync.config import kind_registry, partition_names
+from engage_sync.config.dbt_ref import DbtRef
 from engage_sync.config.sections import (
     KIND_SECTIONS,
     AliasRenameSpec,
@@ -158,6 +159,8 @@ class Integration(Frozen):
     task_runner: TaskRunnerConfig = TaskRunnerConfig()
     writeback: Writeback | None = None
     """Where each run's record and its rows' outcomes are written back (`writeback/`)."""
+    dbt: DbtRef | None = None
+    """The dbt model the integration reads (`config/dbt_ref.py`); else found by its table."""
     changes: Changes = "cursor"
     """`snapshot`: no cursor; each run compares the whole result with the snapshot."""
     on_leave: OnLeave = "keep"
