@@ -1,0 +1,161 @@
+"""The checks `engage-sync plan` makes of one changed integration file against the world: the
+points its next run would bill (the dry run), the attributes the workspace does not define or
+defines with another type, and the caps that run would pass.
+
+Invariants:
+- nothing is sent to `/users/track` and nothing is recorded: the points come from the dry
+  run (`run/dry_run.py`: the next window as it reads now, diffed against the field record),
+  the workspace's definitions from `GET /custom_attributes` (every page, read once a plan per
+  service URL and key), the column types from the warehouse's metadata;
+- a check that cannot be made (no key in the environment, the service or the warehouse out
+  of reach) is said as one line in the report, never a guess and never a crash of the plan;
+  no key, password or value is ever in a line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from engage_sync import kinds
+from engage_sync.adapters.failures import one_line
+from engage_sync.adapters.wiring import (
+    http_transport,
+    service_key,
+    sync_file,
+    warehouse_engine,
+    with_expanded_service,
+)
+from engage_sync.config.file_diff import attributes_of
+from engage_sync.config.integration import Integration
+from engage_sync.errors import SyncError
+from engage_sync.read import duckdb_turns
+from engage_sync.read.reader import source_spec
+from engage_sync.read.source_schema import describe
+from engage_sync.run.options import RunOptions
+from engage_sync.state.store import StateStore
+
+ATTRIBUTES_PATH = "/custom_attributes"
+MAX_PAGES = 200  # 10,000 definitions: a Link that never ends does not hang a CI job
+
+_TYPES = (  # the column's type text → the service's data_type
+    (re.compile(r"\[\]$|^ARRAY|^LIST"), "Array"),
+    (re.compile(r"^BOOL"), "Boolean"),
+    (re.compile(r"^(TINY|SMALL|BIG|HUGE|U)?INT|^DECIMAL|^NUMERIC|^NUMBER|^FLOAT|^DOUBLE|^REAL"),
+     "Number"),
+    (re.compile(r"^TIMESTAMP|^DATE|^TIME"), "Time"),
+    (re.compile(r"^N?(VAR)?CHAR|^TEXT|^STRING|^CHARACTER|^UUID"), "String"),
+    (re.compile(r"^JSON|^STRUCT|^MAP|^VARIANT|^OBJECT"), "Object"),
+)
+
+
+@dataclass
+class Checks:
+    points: int | None = None
+    rows_read: int | None = None
+    requests: int | None = None
+    workspace: list[str] = field(default_factory=list)
+    """Attributes the workspace does not define, or defines with another type."""
+    caps_passed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Checks that could not be made, one line each."""
+
+
+def data_type(type_text: str) -> str | None:
+    """The service's data_type for a column's type as the dialect names it, or None."""
+    text = type_text.strip().upper()
+    return next((name for pattern, name in _TYPES if pattern.search(text)), None)
+
+
+def check(path: Path, integration: Integration, store: StateStore,
+          workspace_cache: dict[tuple[str, str], dict[str, str]]) -> Checks:
+    """Every check of one changed file (its new version, at `path`)."""
+    out = Checks()
+    try:
+        result = sync_file(path, options=RunOptions(dry_run=True), store=store)
+    except SyncError as exc:
+        out.notes.append(f"no dry run: {one_line(exc)}")
+    else:
+        dry = result.dry_run
+        if dry is not None:
+            out.points, out.rows_read, out.requests = dry.points, dry.rows_read, dry.requests
+            out.caps_passed = caps_passed(integration, dry.rows)
+    mapped = attributes_of(integration)
+    if mapped:
+        out.workspace, notes = _workspace(integration, mapped, workspace_cache)
+        out.notes += notes
+    elif integration.payload is not None:
+        out.notes.append("attributes in PAYLOAD are not checked against the workspace")
+    return out
+
+
+def caps_passed(integration: Integration, rows: int) -> list[str]:
+    """The caps the predicted run passes: the objects an irreversible kind would send
+    above `max_deletes` (the run would be refused)."""
+    if kinds.kind_of(integration).irreversible and rows > integration.max_deletes:
+        return [f"max_deletes: the run would send {rows} deletions, above max_deletes "
+                f"{integration.max_deletes}, and be refused"]
+    return []
+
+
+def _workspace(integration: Integration, mapped: dict[str, str],
+               cache: dict[tuple[str, str], dict[str, str]]) -> tuple[list[str], list[str]]:
+    try:
+        expanded = with_expanded_service(integration)
+        key = service_key(expanded)
+        where = (expanded.service.base_url, key)
+        if where not in cache:
+            cache[where] = defined_attributes(expanded, key)
+        defined = cache[where]
+    except (SyncError, httpx.HTTPError) as exc:
+        return [], [f"workspace not checked: {one_line(exc)}"]
+    columns, notes = _column_types(expanded)
+    problems = []
+    for name in sorted(mapped):
+        column = mapped[name]
+        have = columns.get(column.upper())
+        if name not in defined:
+            problems.append(f"{name}: not defined in the workspace"
+                            + (f" (column {column} is {have})" if have else ""))
+        elif have is not None and defined[name].lower() != have.lower():
+            problems.append(f"{name}: defined in the workspace as {defined[name]}, "
+                            f"column {column} is {have}")
+    return problems, notes
+
+
+def defined_attributes(integration: Integration, key: str) -> dict[str, str]:
+    """Every custom attribute the workspace defines → its data_type, following `Link`."""
+    found: dict[str, str] = {}
+    url: str | None = f"{integration.service.base_url.rstrip('/')}{ATTRIBUTES_PATH}"
+    with httpx.Client(transport=http_transport(integration),
+                      timeout=integration.service.timeout_seconds,
+                      headers={"Authorization": f"Bearer {key}"}) as client:
+        for _ in range(MAX_PAGES):
+            if url is None:
+                break
+            response = client.get(url)
+            if response.status_code != 200:
+                raise SyncError(f"GET {ATTRIBUTES_PATH} answered {response.status_code}")
+            for record in response.json().get("attributes") or []:
+                found[str(record.get("name"))] = str(record.get("data_type") or "")
+            url = response.links.get("next", {}).get("url")
+    return found
+
+
+def _column_types(integration: Integration) -> tuple[dict[str, str], list[str]]:
+    """The source's columns (upper case) → the service's data_type, where one is known."""
+    try:
+        engine = warehouse_engine(integration)
+        try:
+            schema = describe(engine, source_spec(integration, kinds.kind_of(integration)), None)
+        finally:
+            duckdb_turns.release(engine)
+            engine.dispose()
+    except SyncError as exc:
+        return {}, [f"column types not read: {one_line(exc)}"]
+    typed: dict[str, Any] = {c.upper(): data_type(t) for c, t in schema.items()}
+    return {c: t for c, t in typed.items() if t is not None}, []
