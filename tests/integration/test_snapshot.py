@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
-from engage_sync.errors import ConfigError
+from engage_sync.errors import ConfigError, RunRefused
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
 from tests.integration.conftest import (
@@ -24,7 +24,6 @@ from tests.integration.conftest import (
 
 USERS = 5000
 ATTRIBUTES = ("plan", "city", "score", "vip")
-SCHEMA = "engage_snap"
 
 
 def _rows(n: int = USERS, start: int = 0) -> list[dict[str, Any]]:
@@ -32,7 +31,10 @@ def _rows(n: int = USERS, start: int = 0) -> list[dict[str, Any]]:
              "score": i, "vip": i % 7 == 0} for i in range(start, start + n)]
 
 
-def _model(wh: Warehouse, svc: Service, folder: Path, **extra: Any) -> Path:
+def _model(wh: Warehouse, svc: Service, folder: Path, schema: str | None = None,
+           **extra: Any) -> Path:
+    """The model and its integration; the snapshot in `schema`, else in the connection's
+    own (a PostgreSQL test's schema: its tables go with it)."""
     wh.create("model", [("user_id", sa.String()), ("plan", sa.String()),
                         ("city", sa.String()), ("score", sa.Integer()),
                         ("vip", sa.Boolean())])
@@ -43,7 +45,7 @@ def _model(wh: Warehouse, svc: Service, folder: Path, **extra: Any) -> Path:
         "source": {"table": "model"},
         "mapping": {"identifier": {"external_id": "user_id"},
                     "attributes": {a: a for a in ATTRIBUTES}},
-        "snapshot": {"schema": SCHEMA},
+        **({"snapshot": {"schema": schema}} if schema else {}),
         "service": {"base_url": svc.base_url, "retry_deadline_seconds": 60},
         **extra})
 
@@ -65,7 +67,8 @@ def _objects(svc: Service) -> int:
 def test_first_run_sends_everyone_then_only_what_changed(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
-    path = _model(warehouse, service, tmp_path)
+    schema = f"snap_{tmp_path.name.lower()[-20:]}".replace("-", "_")  # a schema of its own
+    path = _model(warehouse, service, tmp_path, schema=schema)
     first = _run(path, state)
     assert _objects(service) == USERS and _points(service) == USERS * len(ATTRIBUTES)
     assert first["rows_synced"] == USERS and first["job_status"] == "success"
@@ -168,3 +171,28 @@ def test_users_whose_requests_failed_are_sent_again_by_the_next_run(
     again = _run(path, state)  # the snapshot did not move over them: sent now, once
     assert again["rows_synced"] == 100 and _points(service) == before + 100
     assert _run(path, state)["rows_read"] == 0
+
+
+def test_leavers_are_deleted_under_max_deletes_and_a_returning_user_is_sent_whole(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _model(warehouse, service, tmp_path, on_leave="delete", max_deletes=99)
+    _run(path, state)
+    warehouse.execute("DELETE FROM model WHERE score < 100")
+    at = len(service.requests("/users/delete"))
+    with pytest.raises(RunRefused, match="max_deletes"):  # 100 > 99: nothing sent
+        _run(path, state)
+    assert len(service.requests("/users/delete")) == at
+    path = _model(warehouse, service, tmp_path, on_leave="delete")
+    _run(path, state)  # the snapshot holds the 5,000 still
+    warehouse.execute("DELETE FROM model WHERE score < 100")
+    points = _points(service)
+    deleted = _run(path, state)
+    assert deleted["rows_synced"] == 100 and _points(service) == points
+    assert service.profile("u00000") is None and service.profile("u00100") is not None
+    assert sum(len(r["body"]["external_ids"])
+               for r in service.requests("/users/delete")[at:]) == 100
+    warehouse.insert("model", _rows(1))
+    _run(path, state)
+    assert service.requests()[-1]["body"]["attributes"] == [
+        {"external_id": "u00000", "plan": "free", "city": "Lyon", "score": 0, "vip": True}]

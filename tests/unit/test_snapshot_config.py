@@ -54,3 +54,12 @@ def test_snapshot_needs_mapped_attributes() -> None:
 def test_leave_cap(setting: int | str, held: int, cap: int) -> None:
     assert leave_cap(parse_integration({**BASE, "changes": "snapshot", "max_leaves": setting},
                                        file="t.yaml").max_leaves, held) == cap
+
+
+def test_delete_on_leave_needs_an_identifier_the_delete_endpoint_takes() -> None:
+    email = {**BASE, "mapping": {**BASE["mapping"], "identifier": {"email": "EMAIL"}}}
+    with pytest.raises(ConfigError, match="'on_leave: delete'"):
+        parse_integration({**email, "changes": "snapshot", "on_leave": "delete"},
+                          file="traits.yaml")
+    assert parse_integration({**email, "changes": "snapshot", "on_leave": "clear"},
+                             file="traits.yaml").on_leave == "clear"

@@ -190,7 +190,8 @@ class Integration(Frozen):
         m = self.mapping
         problem = snapshot_problem(
             self.changes, self.kind, m is not None, bool(m and m.subscription_groups),
-            self.partitions, self.lookback is not None, set(self.model_fields_set))
+            self.partitions, self.lookback is not None, set(self.model_fields_set),
+            self.on_leave, m.identifier.kind if m is not None else None)
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -59,7 +59,8 @@ def leave_cap(max_leaves: int | str, held: int) -> int:
 
 
 def snapshot_problem(changes: Changes, kind: str, mapped: bool, sub_groups: bool,
-                     partitions: int, lookback: bool, set_keys: set[str]) -> str | None:
+                     partitions: int, lookback: bool, set_keys: set[str],
+                     on_leave: OnLeave = "keep", identifier: str | None = None) -> str | None:
     """Why these settings cannot hold together, naming the key, or None. `set_keys`: the
     snapshot keys the file gives (`on_leave`, `max_leaves`, `snapshot`)."""
     if changes == "cursor":
@@ -80,4 +81,7 @@ def snapshot_problem(changes: Changes, kind: str, mapped: bool, sub_groups: bool
         return f"'partitions' ({partitions}): a 'changes: snapshot' run is not partitioned"
     if lookback:
         return "'lookback' needs a cursor; remove it with 'changes: snapshot'"
+    if on_leave == "delete" and identifier in ("email", "phone"):
+        return (f"'on_leave: delete' deletes users by external_id, user_alias or "
+                f"platform_id, not by {identifier}; use 'on_leave: clear'")
     return None

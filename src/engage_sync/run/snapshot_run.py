@@ -26,7 +26,7 @@ from engage_sync.config.integration import Integration, Source
 from engage_sync.config.snapshot import leave_cap
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
-from engage_sync.errors import ConfigError, SourceError
+from engage_sync.errors import ConfigError, RunRefused, SourceError
 from engage_sync.read.extract import connected, first_line, resolve_columns
 from engage_sync.read.reader import Reader, source_spec
 from engage_sync.run.loop import Deps, Run, run_sync
@@ -91,7 +91,7 @@ class SnapshotRun(Run):
         self.model, self.layout = integration, layout_of(integration)
         pending = pending_integration(integration, self.layout)
         super().__init__(pending, deps, options, SnapshotScope(self.prepare))
-        self.kind = pending_kind(self.layout)
+        self.kind = pending_kind(self.layout, integration.on_leave)
         self.reader = Reader(pending, self.kind, deps.engine, deps.state, self._drops())
         self.stages = Stages([SnapshotStage(integration.name, self.advance)])
 
@@ -137,6 +137,12 @@ class SnapshotRun(Run):
         if self.model.on_leave == "keep" or not counts.left:
             return
         cap = leave_cap(self.model.max_leaves, counts.held)
+        allowed = max(self.model.max_deletes, self.options.allow_deletes or 0)
+        if self.model.on_leave == "delete" and counts.left > allowed:
+            raise RunRefused(
+                f"integration {self.i.name}: this run would delete {counts.left} users, more "
+                f"than max_deletes ({self.model.max_deletes}); nothing was sent. Check the "
+                f"model, then raise max_deletes or rerun with --allow-deletes {counts.left}")
         if counts.left > cap:
             verb = "clear" if self.model.on_leave == "clear" else "delete"
             raise ConfigError(

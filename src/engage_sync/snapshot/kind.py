@@ -15,18 +15,23 @@ import orjson
 import pyarrow as pa
 
 from engage_sync.config.integration import Integration
+from engage_sync.diff.field_diff import identifier_of
 from engage_sync.items import Item, TransformResult
 from engage_sync.kinds import Kind
+from engage_sync.kinds.identity import DELETE_LISTS, delete_packer
 from engage_sync.kinds.track import attribute_columns, packer, user_column
 from engage_sync.kinds.track_packer import ENDPOINT
 from engage_sync.kinds.track_transform import transform_batch
-from engage_sync.snapshot.layout import CHANGE, Layout
+from engage_sync.pack.batching import Batch, Packer
+from engage_sync.snapshot.layout import CHANGE, LEFT, Layout
 
 
-def pending_kind(layout: Layout) -> Kind:
-    """The attributes kind, reading `layout`'s pending table."""
+def pending_kind(layout: Layout, on_leave: str = "keep") -> Kind:
+    """The attributes kind, reading `layout`'s pending table; with `on_leave: delete`, a
+    leaver is one identifier of a /users/delete request instead."""
     names = [a.name for a in layout.attributes]
     sends = [a.send for a in layout.attributes]
+    deletes = on_leave == "delete"
 
     def columns(integration: Integration) -> list[str]:
         return [*attribute_columns(integration), *sends, CHANGE]
@@ -35,14 +40,46 @@ def pending_kind(layout: Layout) -> Kind:
                   ) -> TransformResult:
         whole = transform_batch(integration, batch, first_seq)
         masks = [batch.column(s).to_pylist() for s in sends]
-        items = [_reduced(item, [n for n, m in zip(names, masks, strict=True)
+        left = batch.column(CHANGE).to_pylist() if deletes else []
+        items = [_deleted(item) if deletes and left[item.seq - first_seq] == LEFT else
+                 _reduced(item, [n for n, m in zip(names, masks, strict=True)
                                  if m[item.seq - first_seq]], names)
                  for item in whole.items]
         return TransformResult(items, whole.rejects)
 
+    def packers(integration: Integration) -> Packer:
+        return Routed(packer(integration), delete_packer(integration))
+
     return Kind(name="attributes", rank=40, idempotent=True, columns=columns,
-                transform=transform, packer=packer, endpoint=lambda _: ENDPOINT,
-                user_column=user_column)
+                transform=transform, packer=packers if deletes else packer,
+                endpoint=lambda _: ENDPOINT, user_column=user_column)
+
+
+def _deleted(item: Item) -> Item:
+    """A leaver's item as one identifier to delete (no data point)."""
+    kind = identifier_of(item.user)
+    value = orjson.loads(item.blob)[kind]
+    return Item(item.seq, item.key, item.user, DELETE_LISTS[kind], orjson.dumps(value))
+
+
+class Routed:
+    """Attributes objects to one packer, identifiers to delete to the other, in order: a
+    request is cut when the item's endpoint changes (leavers come last, so once)."""
+
+    def __init__(self, track: Packer, deletes: Packer) -> None:
+        self.track, self.deletes = track, deletes
+        self.current: Packer | None = None
+
+    def add(self, item: Item) -> Batch | None:
+        target = self.track if item.array == "attributes" else self.deletes
+        done = self.current.flush() if self.current not in (None, target) else None
+        self.current = target
+        full = target.add(item)
+        assert done is None or full is None, "a fresh packer never returns a batch"
+        return done or full
+
+    def flush(self) -> Batch | None:
+        return self.current.flush() if self.current is not None else None
 
 
 def _reduced(item: Item, sent: list[str], names: list[str]) -> Item:
