@@ -59,6 +59,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from engage_sync.adapters import dbt_webhook
 from engage_sync.adapters.sync_starter import Sync, SyncStarter
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError, SyncError
@@ -210,10 +211,13 @@ def create_app(store: StateStore, token: str, config_dir: str | Path | None = No
     runs = _InFlight(sync or (lambda path: sync_file(path, store=store, stop=stop)))
     starter = SyncStarter(store, runs)
     e = _Endpoints(store, token, Path(config_dir) if config_dir else None, starter)
+    webhook = dbt_webhook.from_env(e.folder, starter)  # signed by dbt Cloud, not the token
     app = Starlette(routes=[Route(PATH, e.job_sync_status, methods=["GET"]),
                             Route(LIST_PATH, e.integrations, methods=["GET"]),
                             Route(SYNC_PATH, e.sync, methods=["POST"]),
-                            Route("/metrics", e.metrics, methods=["GET"])])
+                            Route("/metrics", e.metrics, methods=["GET"]),
+                            *([Route(dbt_webhook.PATH, webhook.handle, methods=["POST"])]
+                              if webhook is not None else [])])
     app.state.starter = starter
     app.state.stop = stop
     app.state.runs = runs

@@ -33,13 +33,19 @@ class SyncStarter:
     def start(self, integration: str, path: Path) -> bool:
         """Start a run of the file in a thread; False (nothing started) while one is in
         progress, here or in another process."""
+        return self.start_all([(integration, path)])
+
+    def start_all(self, runs: list[tuple[str, Path]]) -> bool:
+        """Start a run of each (integration, file), each in a thread; False (nothing started)
+        while any of them is in progress, here or in another process."""
         with self._lock:
-            if self.in_progress(integration):
+            if any(self.in_progress(integration) for integration, _ in runs):
                 return False
-            thread = threading.Thread(target=self._run, args=(integration, path), daemon=True,
-                                      name=f"sync-{integration}")
-            self._threads[integration] = thread
-            thread.start()
+            for integration, path in runs:
+                thread = threading.Thread(target=self._run, args=(integration, path),
+                                          daemon=True, name=f"sync-{integration}")
+                self._threads[integration] = thread
+                thread.start()
             return True
 
     def in_progress(self, integration: str) -> bool:
