@@ -18,7 +18,7 @@ from typing import Any
 
 from engage_sync.adapters import gc_tuning, telemetry
 from engage_sync.adapters.failures import expected, one_line
-from engage_sync.cli import dbt_run, plan
+from engage_sync.cli import dbt_exposures, dbt_run, plan
 from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
 
@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations,
-                plan.add_parser):
+                plan.add_parser, dbt_exposures.add_parser):
         add(sub)
     return parser
 
