@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engage_sync.cli.dbt_run import DEFAULT_MANIFEST
+from engage_sync.dbt.manifest import DEFAULT_MANIFEST
 
 
 def add_parser(sub: Any) -> None:

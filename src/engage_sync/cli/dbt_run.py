@@ -23,13 +23,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engage_sync.cli import dbt_exposures, plan
+from engage_sync.dbt.manifest import DEFAULT_MANIFEST
 from engage_sync.errors import SKIPPED, ConfigError, RunInProgress
 
-DEFAULT_MANIFEST = Path("target") / "manifest.json"
+
+def add_commands(sub: Any) -> None:
+    """The commands that read a folder against dbt or Git: `plan`, `dbt-exposures`."""
+    plan.add_parser(sub)
+    dbt_exposures.add_parser(sub)
 
 
-def add_flags(run: argparse.ArgumentParser) -> None:
-    """The dbt options of `engage-sync run`."""
+def add_flags(run: argparse.ArgumentParser, single: Callable[[argparse.Namespace], int],
+              before_prefect: Callable[[], None]) -> None:
+    """The dbt options of `engage-sync run`; a folder is run here, a file by `single`."""
     run.add_argument("--select", default=None, metavar="SELECTORS",
                      help="with a folder: run the integrations whose dbt model matches "
                           "tag:NAME, model:NAME or path:GLOB (comma- or space-separated, a "
@@ -44,6 +51,8 @@ def add_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument("--dbt-project", default=os.environ.get("ENGAGE_SYNC_DBT_PROJECT", "."),
                      metavar="DIR", help="the dbt project's folder (default: "
                                          "ENGAGE_SYNC_DBT_PROJECT, else the current one)")
+    run.set_defaults(func=lambda args: run_folder(args, before_prefect) if wants_folder(args)
+                     else single(args))
 
 
 def wants_folder(args: argparse.Namespace) -> bool:
@@ -56,12 +65,13 @@ def manifest_path(args: argparse.Namespace) -> Path:
 
 def run_folder(args: argparse.Namespace, before_prefect: Callable[[], None]) -> int:
     """Pick, skip, run; print the records as one JSON object; return the exit status."""
-    from engage_sync.adapters import dbt_models
+    from engage_sync.adapters import dbt_models, gc_tuning
     from engage_sync.adapters.wiring import open_state
     from engage_sync.config.files import integration_files
     from engage_sync.dbt.selection import SelectorError, parse_selectors, selected
     from engage_sync.run.folder import run_order
 
+    gc_tuning.raise_threshold()  # as `engage-sync run FILE` does
     folder = Path(args.integration)
     if not folder.is_dir():
         raise ConfigError(f"--select and --after pick integrations of a folder; {folder} is "

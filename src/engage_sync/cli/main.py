@@ -18,7 +18,7 @@ from typing import Any
 
 from engage_sync.adapters import gc_tuning, telemetry
 from engage_sync.adapters.failures import expected, one_line
-from engage_sync.cli import dbt_exposures, dbt_run, plan
+from engage_sync.cli import dbt_run
 from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
 
@@ -54,8 +54,6 @@ EXIT_IN_PROGRESS = 75  # EX_TEMPFAIL: another process runs the integration; try 
 
 def cmd_run(args: argparse.Namespace) -> int:
     gc_tuning.raise_threshold()  # from the start, imports and all, as its sync has it
-    if dbt_run.wants_folder(args):  # a folder, picked by dbt's manifest and run results
-        return dbt_run.run_folder(args, _prefect_server)
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
         from engage_sync.adapters.wiring import run_direct
@@ -243,9 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks of expected failures (bad config, missing table, "
                              "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations,
-                plan.add_parser, dbt_exposures.add_parser):
+    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations):
         add(sub)
+    dbt_run.add_commands(sub)  # plan, dbt-exposures
     return parser
 
 
@@ -282,8 +280,7 @@ def _add_run(sub: Any) -> None:
                      help="read, validate and batch; print what would be sent; send nothing")
     run.add_argument("--no-prefect", action="store_true",
                      help="run the pipeline directly, without a Prefect flow run")
-    dbt_run.add_flags(run)
-    run.set_defaults(func=cmd_run)
+    dbt_run.add_flags(run, cmd_run, _prefect_server)  # and a folder, picked by dbt
 
 
 def _add_status_and_errors(sub: Any) -> None:

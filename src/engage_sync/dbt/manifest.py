@@ -12,8 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
+DEFAULT_MANIFEST = PurePath("target") / "manifest.json"
+"""Where dbt writes its manifest, under the project's folder."""
 RELATION_TYPES = ("model", "seed", "snapshot")
 """The resource types that are tables or views an integration can read."""
 
