@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError, RunRefused
+from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
 from tests.integration.conftest import (
@@ -102,6 +103,7 @@ def test_leavers_are_cleared_only_of_what_engage_sync_set(
     left = _run(path, state)
     assert _points(service) == before + 100 * len(ATTRIBUTES)  # 400 removals
     assert left["data_points_sent"] == 400 and left["rows_synced"] == 100
+    assert left["rows_left"] == 100
     gone = service.profile("u00001")
     assert gone is not None and gone["attributes"] == {"loyalty": "gold"}
     assert all(service.profile(f"x{i:03d}")["attributes"] == {"plan": "other"}  # type: ignore[index]
@@ -196,3 +198,26 @@ def test_leavers_are_deleted_under_max_deletes_and_a_returning_user_is_sent_whol
     _run(path, state)
     assert service.requests()[-1]["body"]["attributes"] == [
         {"external_id": "u00000", "plan": "free", "city": "Lyon", "score": 0, "vip": True}]
+
+
+def test_the_dry_run_predicts_new_changed_and_left_users_and_their_points(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _model(warehouse, service, tmp_path, on_leave="clear")
+    dry = RunOptions(dry_run=True)
+    first = sync_file(path, store=state, options=dry).dry_run
+    assert first is not None and (first.users, first.points, first.requests) == (
+        {"new": USERS, "changed": 0, "left": 0, "in_snapshot": 0, "stops": None},
+        USERS * len(ATTRIBUTES), 67)
+    assert len(service.requests()) == 0
+    _run(path, state)
+    warehouse.execute("UPDATE model SET plan = 'gold' WHERE score < 100")
+    warehouse.execute("DELETE FROM model WHERE score >= 4950")
+    warehouse.insert("model", _rows(10, start=USERS))
+    predicted = sync_file(path, store=state, options=dry).dry_run
+    assert predicted is not None and predicted.users == {
+        "new": 10, "changed": 100, "left": 50, "in_snapshot": USERS, "stops": None}
+    before = _points(service)
+    record = _run(path, state)
+    assert predicted.points == record["data_points_sent"] == _points(service) - before
+    assert predicted.points == 10 * 4 + 100 + 50 * 4 and record["rows_left"] == 50

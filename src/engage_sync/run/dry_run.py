@@ -26,6 +26,7 @@ from engage_sync.items import Item, Unchanged
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.options import RunOptions
 from engage_sync.run.scope import WholeRun
+from engage_sync.snapshot.predict import predict
 from engage_sync.state.store import StateStore
 
 
@@ -38,6 +39,8 @@ class DryRun:
     unchanged: int = 0
     points: int = 0
     saved: int = 0
+    users: dict[str, Any] | None = None
+    """A snapshot run's users by change (new, changed, left) and whether it would stop."""
 
     @property
     def rows_read(self) -> int:
@@ -66,7 +69,8 @@ class DryRun:
                 "requests": self.requests,
                 "data_points_sent": self.points, "data_points_saved": self.saved,
                 "rejects": [list(r) for r in self.rejects[:100]],
-                "sample": [b.decode() for b in self.sample]}
+                "sample": [b.decode() for b in self.sample],
+                **({"users": self.users} if self.users is not None else {})}
 
 
 def dry_run(integration: Integration, engine: Engine, state: StateStore,
@@ -74,6 +78,11 @@ def dry_run(integration: Integration, engine: Engine, state: StateStore,
             options: RunOptions = RunOptions(dry_run=True), sample_size: int = 3) -> DryRun:
     """Read, validate and batch the next window without sending or recording anything.
     An irreversible kind (deletes) lists every object it would send (`sample`), not a sample."""
+    if integration.changes == "snapshot":  # counted by the warehouse, nothing made
+        p = predict(integration, engine)
+        return DryRun(rows=p.new + p.changed + p.left, requests=p.requests, points=p.points,
+                      users={"new": p.new, "changed": p.changed, "left": p.left,
+                             "in_snapshot": p.held, "stops": p.refusal})
     if kinds.kind_of(integration).irreversible:
         sample_size = sys.maxsize
     with httpx.HTTPTransport() as transport:  # never used: nothing is sent

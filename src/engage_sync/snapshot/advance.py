@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from engage_sync.errors import SourceError
 from engage_sync.read.extract import first_line
 from engage_sync.snapshot.layout import CHANGE, LEFT, SEQ, Layout
-from engage_sync.state.snapshot_marks import acknowledged
+from engage_sync.state.snapshot_marks import acknowledged, record_left
 from engage_sync.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -36,31 +36,37 @@ def advance(state: StateStore, engine: Engine, layout: Layout, run_id: str) -> i
     pairs = [(s[0] if s else None, e[0]) for s, e in zip(ranges.starts, ranges.ends,
                                                           strict=True)]
     skipped = sorted({p[0] for p in rejected})
+    left = 0
     try:
         with engine.begin() as conn:
             for k in range(0, len(pairs), RANGES_A_STATEMENT):
-                _apply(conn, layout, pairs[k:k + RANGES_A_STATEMENT], skipped)
+                left += _apply(conn, layout, pairs[k:k + RANGES_A_STATEMENT], skipped)
     except sa.exc.SQLAlchemyError as exc:
         raise SourceError(
             f"integration {layout.integration}: the snapshot could not be moved on in the "
             f"warehouse: {first_line(exc)}; the next run compares those users again and "
             "sends them once more") from exc
+    record_left(state.engine, run_id, left)
     log.info("integration %s: the snapshot moved on over the acknowledged users",
              layout.integration)
     return len(pairs)
 
 
 def _apply(conn: sa.Connection, layout: Layout, pairs: list[tuple[Any, Any]],
-           skipped: list[int]) -> None:
+           skipped: list[int]) -> int:
+    """Apply one chunk of ranges; returns the leavers in it."""
     p, s = layout.pending().alias("engage_p"), layout.snapshot()
     seq = p.c[SEQ]
     acked: sa.ColumnElement[bool] = sa.or_(*(
         sa.and_(seq <= hi, *([seq > lo] if lo is not None else [])) for lo, hi in pairs))
     if skipped:
         acked = sa.and_(acked, seq.not_in(skipped))
+    left = conn.execute(sa.select(sa.func.count()).select_from(p).where(
+        acked, p.c[CHANGE] == LEFT)).scalar_one()
     same = sa.and_(*(s.c[c] == p.c[c] for c in layout.ids))
     conn.execute(s.delete().where(sa.select(sa.literal(1)).select_from(p).where(
         same, acked).exists()))
     kept = [*layout.ids, *(a.digest for a in layout.attributes)]
     conn.execute(s.insert().from_select(kept, sa.select(*(p.c[c] for c in kept)).where(
         acked, p.c[CHANGE] != LEFT, *(p.c[c].is_not(None) for c in layout.ids))))
+    return int(left)

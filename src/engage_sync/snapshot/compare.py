@@ -63,10 +63,7 @@ def ensure_snapshot(conn: Connection, layout: Layout, spec: SourceSpec,
     prep = conn.dialect.identifier_preparer
     if layout.schema:
         conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {prep.quote_schema(layout.schema)}")
-    empty = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
-                      *(sa.cast(sa.null(), sa.String).label(a.digest)
-                        for a in layout.attributes)
-                      ).select_from(source_of(spec)).where(sa.false())
+    empty = empty_snapshot(layout, spec, resolved)
     conn.execute(CreateTableAs(layout.quoted(conn.dialect, layout.snapshot_name), empty,
                                if_not_exists=True))
     have = {c["name"].lower() for c in sa.inspect(conn).get_columns(
@@ -78,15 +75,24 @@ def ensure_snapshot(conn: Connection, layout: Layout, spec: SourceSpec,
                 f"ADD COLUMN {prep.quote(a.digest)} VARCHAR")
 
 
+def empty_snapshot(layout: Layout, spec: SourceSpec, resolved: dict[str, str]
+                   ) -> sa.Select[Any]:
+    """No row, in the snapshot's shape: its identifiers typed as the model's."""
+    return sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
+                     *(sa.cast(sa.null(), sa.String).label(a.digest) for a in layout.attributes)
+                     ).select_from(source_of(spec)).where(sa.false())
+
+
 def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
-                   on_leave: str) -> sa.Select[Any]:
-    """The users to send and what of each (see the module's invariants), numbered."""
+                   on_leave: str, snapshot: sa.FromClause | None = None) -> sa.Select[Any]:
+    """The users to send and what of each (see the module's invariants), numbered;
+    `snapshot` stands for the snapshot table (a dry run's empty one, before any run)."""
     cur = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
                     *(sa.column(resolved[a.column]).label(a.column) for a in layout.attributes),
                     *(digest(sa.column(resolved[a.column])).label(a.digest)
                       for a in layout.attributes),
                     sa.literal(1).label(HERE)).select_from(source_of(spec)).subquery("engage_cur")
-    old = layout.snapshot().alias("engage_old")
+    old = (snapshot if snapshot is not None else layout.snapshot()).alias("engage_old")
     joined = cur.join(old, sa.and_(*(cur.c[c] == old.c[c] for c in layout.ids)), full=True)
     is_new = old.c[layout.ids[0]].is_(None)
     is_left = cur.c[HERE].is_(None)

@@ -293,7 +293,8 @@ def _iso(value: Any) -> str:
 
 
 _TOTALLED = ("rows_synced", "rows_failed_with_errors", "rows_rejected", "rows_in_doubt",
-             "rows_unchanged", "data_points_sent", "data_points_saved", "requests_sent")
+             "rows_unchanged", "data_points_sent", "data_points_saved", "requests_sent",
+             "rows_left")
 
 
 def _utc(value: datetime | None) -> datetime | None:

@@ -63,6 +63,7 @@ runs = sa.Table(
     sa.Column("rows_skipped_null_cursor", sa.Integer, nullable=False, server_default="0"),
     sa.Column("errors_unmapped", sa.Integer, nullable=False, server_default="0"),
     sa.Column("rows_possibly_duplicated", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("rows_left", sa.Integer, nullable=False, server_default="0"),  # snapshot runs
     sa.Column("message", sa.Text),
     sa.Column("owner", sa.String(200)),
     # added after the first release (`add_missing_columns`): the owner's lease (`lease.py`)
@@ -196,7 +197,7 @@ an append touches the last page only."""
 
 ADDED_COLUMNS = ("rows_unchanged", "data_points_sent", "data_points_saved",
                  "rows_skipped_null_cursor", "errors_unmapped", "rows_possibly_duplicated",
-                 "lease_until")
+                 "lease_until", "rows_left")
 """Columns of `engage_runs` added after its first release (`add_missing_columns` adds every
 declared column an older database lacks; tests build such a database from this list)."""
 

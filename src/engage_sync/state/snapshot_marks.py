@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from engage_sync.cursor.progress import Cursor, Ranges, decode_cursor
-from engage_sync.state.schema import journal, row_errors
+from engage_sync.state.schema import journal, row_errors, runs
 
 _TIE = re.compile(r"#\d+$")
 
@@ -32,3 +32,10 @@ def acknowledged(engine: Engine, run_id: str) -> tuple[Ranges, list[Cursor]]:
     ranges = Ranges((decode_cursor(s), decode_cursor(e) or ()) for s, e in entries)
     positions = [decode_cursor(_TIE.sub("", p)) or () for p in rejects]
     return ranges, [p for p in positions if p]
+
+
+def record_left(engine: Engine, run_id: str, left: int) -> None:
+    """The run's leavers the service acknowledged (set, not added: every attempt of the run
+    counts them all over again from the journal)."""
+    with engine.begin() as conn:
+        conn.execute(runs.update().where(runs.c.run_id == run_id).values(rows_left=left))

@@ -107,6 +107,7 @@ def record(run: dict[str, Any], *, extended: bool = True) -> dict[str, Any]:
         rec["rows_skipped_null_cursor"] = int(run.get("rows_skipped_null_cursor") or 0)
         rec["errors_unmapped"] = int(run.get("errors_unmapped") or 0)
         rec["rows_possibly_duplicated"] = int(run.get("rows_possibly_duplicated") or 0)
+        rec["rows_left"] = int(run.get("rows_left") or 0)  # of rows_synced: users who left
         rec["mode"] = run["mode"]
         rec["run_id"] = run["run_id"]
         if run.get("message"):
