@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from engage_sandbox.server import run_sandbox
-from engage_sandbox.settings import SandboxSettings
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.web.server import run_sandbox
 
 T = "2024-05-01T12:00:00Z"
 

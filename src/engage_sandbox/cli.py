@@ -16,22 +16,22 @@ from typing import Any
 import uvicorn
 import yaml
 
-from engage_sandbox.app import create_app
-from engage_sandbox.faults import FaultError, parse_rules
-from engage_sandbox.seed import SeedError
-from engage_sandbox.server import (
-    HOST,
-    bind_loopback,
-    bind_problem,
-    serve_until_stopped,
-    uvicorn_config,
-)
-from engage_sandbox.settings import (
+from engage_sandbox.state.faults import FaultError, parse_rules
+from engage_sandbox.state.seed import SeedError
+from engage_sandbox.state.settings import (
     DEFAULT_RATE_LIMITS,
     LIMIT_MODES,
     MAX_BODY_BYTES,
     RateLimit,
     SandboxSettings,
+)
+from engage_sandbox.web.app import create_app
+from engage_sandbox.web.server import (
+    HOST,
+    bind_loopback,
+    bind_problem,
+    serve_until_stopped,
+    uvicorn_config,
 )
 
 

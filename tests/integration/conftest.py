@@ -24,8 +24,8 @@ import sqlalchemy as sa
 import uvicorn
 import yaml
 
-from engage_sandbox.server import SandboxHandle, run_sandbox
-from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sandbox.state.settings import RateLimit, SandboxSettings
+from engage_sandbox.web.server import SandboxHandle, run_sandbox
 from engage_sync.adapters.wiring import open_state
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engage_sandbox.server import run_sandbox
-from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sandbox.state.settings import RateLimit, SandboxSettings
+from engage_sandbox.web.server import run_sandbox
 from engage_sync import kinds
 from tests.kind_helpers import MARK, SUBS, integration, run
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from engage_sandbox.server import SandboxHandle, run_sandbox
-from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sandbox.state.settings import RateLimit, SandboxSettings
+from engage_sandbox.web.server import SandboxHandle, run_sandbox
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.deliver.ratelimit import RateBudgets
 from tests.integration.conftest import (

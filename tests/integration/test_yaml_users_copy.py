@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engage_sandbox.faults import parse_rules
-from engage_sandbox.seed import load_seed
+from engage_sandbox.state.faults import parse_rules
+from engage_sandbox.state.seed import load_seed
 from engage_sync.config import yaml_text
 from engage_sync.config.files import load_integration, parse_integration
 

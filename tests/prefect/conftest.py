@@ -23,7 +23,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from engage_sync.adapters.wiring import open_state
 from engage_sync.demo.main import free_port
 from engage_sync.state.store import StateStore

@@ -20,7 +20,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from tests.prefect.conftest import build_folder
 
 FLOW = "engage-sync"

@@ -20,7 +20,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from engage_sync.demo.main import free_port
 from tests.integration.conftest import write_integration
 from tests.prefect.conftest import build_folder

@@ -36,8 +36,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from engage_sandbox.server import SandboxHandle, run_sandbox
-from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sandbox.state.settings import RateLimit, SandboxSettings
+from engage_sandbox.web.server import SandboxHandle, run_sandbox
 from engage_sync.adapters.wiring import open_state
 from engage_sync.config.files import load_integration
 from tests.integration.conftest import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state
 from tests.integration.conftest import ELSEWHERE, Service, held_run

@@ -13,7 +13,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import FlowRun
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from engage_sync.adapters.wiring import open_state
 from tests.prefect.conftest import USERS, _stop, build_folder, start_serve, wait_for_deployments
 

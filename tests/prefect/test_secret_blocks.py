@@ -13,7 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state, run_direct
 from engage_sync.errors import ConfigError

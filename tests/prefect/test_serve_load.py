@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 from prefect.client.schemas.objects import StateType
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from tests.prefect.conftest import ROOT, _stop, start_serve, wait_for_deployments
 from tests.prefect.served_runs import (
     ACTIVE,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prefect.client.schemas.objects import StateType
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 from tests.prefect.conftest import (
     _stop,
     build_folder,

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sandbox.server import SandboxHandle, run_sandbox
+from engage_sandbox.web.server import SandboxHandle, run_sandbox
 
 SCIM_TOKEN = "sandbox-scim-token"  # SANDBOX ONLY (demo seed)
 TRACK_ONLY_KEY = "sandbox-track-only-key"  # SANDBOX ONLY (demo seed)

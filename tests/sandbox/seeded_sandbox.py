@@ -15,9 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from engage_sandbox.seed import demo_seed_text
-from engage_sandbox.server import run_sandbox
-from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sandbox.state.seed import demo_seed_text
+from engage_sandbox.state.settings import RateLimit, SandboxSettings
+from engage_sandbox.web.server import run_sandbox
 
 SCIM_TOKEN = "sandbox-scim-token"
 TRACK_ONLY_KEY = "sandbox-track-only-key"

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sandbox.server import SandboxHandle, run_sandbox
-from engage_sandbox.settings import RateLimit, SandboxSettings
+from engage_sandbox.state.settings import RateLimit, SandboxSettings
+from engage_sandbox.web.server import SandboxHandle, run_sandbox
 from tests.sandbox.conftest import TRACK_ONLY_KEY
 
 EVENT = {"external_id": "u1", "name": "played", "time": "2024-05-01T12:00:00Z"}

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sandbox.dashboard_seed import DashboardSeedError, parse_dashboard
-from engage_sandbox.server import run_sandbox
-from engage_sandbox.settings import SandboxSettings
+from engage_sandbox.state.dashboard_seed import DashboardSeedError, parse_dashboard
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.web.server import run_sandbox
 from tests.sandbox.seeded_sandbox import (
     TRACK_ONLY_KEY,
     _clients,

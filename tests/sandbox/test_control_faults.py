@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sandbox.server import SandboxHandle, run_sandbox
-from engage_sandbox.settings import SandboxSettings
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.web.server import SandboxHandle, run_sandbox
 from tests.sandbox.conftest import profile
 
 T = "2024-05-01T12:00:00Z"

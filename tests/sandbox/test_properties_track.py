@@ -8,7 +8,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engage_sandbox.server import SandboxHandle
+from engage_sandbox.web.server import SandboxHandle
 
 IDS = st.text(alphabet="abcdefghijkmnpqrstuvwxyz", min_size=3, max_size=8).map(lambda s: "id-" + s)
 TIMES = st.sampled_from(["2024-05-01T12:00:00Z", "2024-05-01T12:00:00+02:00",

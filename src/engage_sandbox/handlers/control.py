@@ -2,7 +2,7 @@
 faults, health. Modelled on moto's server-mode control endpoints.
 
 Invariants: the control plane is never logged, counted, rate limited or faulted; it reads the
-same :class:`~engage_sandbox.state.SandboxState` the API handlers write.
+same :class:`~engage_sandbox.state.state.SandboxState` the API handlers write.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engage_sandbox.faults import FaultError, parse_rules
+from engage_sandbox.state.faults import FaultError, parse_rules
 
 if TYPE_CHECKING:
-    from engage_sandbox.state import SandboxState
+    from engage_sandbox.state.state import SandboxState
 
 def json_response(body: Any, status: int = 200) -> Response:
     """A JSON response serialised with orjson."""
@@ -72,7 +72,7 @@ async def profiles(request: Request) -> Response:
 
 
 async def counters(request: Request) -> Response:
-    """GET /_sandbox/counters (shape: :meth:`engage_sandbox.counters.Counters.to_json`)."""
+    """GET /_sandbox/counters (shape: :meth:`engage_sandbox.state.counters.Counters.to_json`)."""
     return json_response(_state(request).counters.to_json())
 
 

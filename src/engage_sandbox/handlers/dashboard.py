@@ -16,10 +16,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engage_sandbox.dashboard_seed import seed_of
-from engage_sandbox.paging import link_header, paged
-from engage_sandbox.preference_centers import list_preference_centers, put_preference_center
-from engage_sandbox.translations import campaign_translation, canvas_translations
+from engage_sandbox.handlers.paging import link_header, paged
+from engage_sandbox.handlers.preference_centers import (
+    list_preference_centers,
+    put_preference_center,
+)
+from engage_sandbox.handlers.translations import campaign_translation, canvas_translations
+from engage_sandbox.state.dashboard_seed import seed_of
 
 ATTRIBUTES_PER_PAGE = 50
 SYNCS_PER_PAGE = 10

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engage_sandbox.outcome import Outcome
-from engage_sandbox.store import PRIORITIES, Profile, ProfileStore
-from engage_sandbox.subscriptions import bad
-from engage_sandbox.track_validation import EMAIL, is_alias
+from engage_sandbox.handlers.outcome import Outcome
+from engage_sandbox.handlers.subscriptions import bad
+from engage_sandbox.handlers.track_validation import EMAIL, is_alias
+from engage_sandbox.state.store import PRIORITIES, Profile, ProfileStore
 
 MAX_ITEMS = 50
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engage_sandbox.counters import Counters, count_attribute, count_event, count_purchase
-from engage_sandbox.outcome import Outcome, fatal
-from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.track_validation import ARRAYS, NO_VALID, Ref, shape
+from engage_sandbox.handlers.outcome import Outcome, fatal
+from engage_sandbox.handlers.track_validation import ARRAYS, NO_VALID, Ref, shape
+from engage_sandbox.state.counters import Counters, count_attribute, count_event, count_purchase
+from engage_sandbox.state.settings import SandboxSettings
 
 _REF_ORDER = ("external_id", "user_alias", "platform_id", "email", "phone")
 

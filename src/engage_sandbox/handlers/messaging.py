@@ -29,13 +29,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engage_sandbox.dashboard_seed import seed_of
-from engage_sandbox.dispatches import Dispatch, deliver, dispatches_of
-from engage_sandbox.messaging_validation import (
+from engage_sandbox.handlers.messaging_validation import (
     Invalid,
     check_campaign_schedule,
     check_canvas_send,
 )
+from engage_sandbox.state.dashboard_seed import seed_of
+from engage_sandbox.state.dispatches import Dispatch, deliver, dispatches_of
 
 NOTICES = {
     "paused": "The Canvas is paused. Resume the Canvas to ensure trigger requests will take "

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from engage_sandbox.dashboard_seed import parse_iso
+from engage_sandbox.state.dashboard_seed import parse_iso
 
 MAX_RECIPIENTS = 50
 MAX_ENTRY_PROPERTIES_BYTES = 50 * 1024

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engage_sandbox.outcome import Outcome
-from engage_sandbox.store import Profile, ProfileStore, is_e164
-from engage_sandbox.track_validation import EMAIL, SUB_STATES
+from engage_sandbox.handlers.outcome import Outcome
+from engage_sandbox.handlers.track_validation import EMAIL, SUB_STATES
+from engage_sandbox.state.store import Profile, ProfileStore, is_e164
 
 MAX_IDS = 50
 SUCCESS = Outcome(201, {"message": "success"})

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engage_sandbox.counters import Counters, count_attribute, count_event, count_purchase
-from engage_sandbox.outcome import Outcome, fatal
-from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.store import Profile, ProfileStore
-from engage_sandbox.track_validation import (
+from engage_sandbox.handlers.outcome import Outcome, fatal
+from engage_sandbox.handlers.track_validation import (
     ARRAYS,
     NO_VALID,
     NON_ATTRIBUTE_KEYS,
@@ -24,6 +21,9 @@ from engage_sandbox.track_validation import (
     reference,
     shape,
 )
+from engage_sandbox.state.counters import Counters, count_attribute, count_event, count_purchase
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.state.store import Profile, ProfileStore
 
 
 def _profile_for(store: ProfileStore, item: dict[str, Any], counters: Counters) -> Profile | None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 
-from engage_sandbox.outcome import Outcome, fatal
-from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.store import is_array_operation, is_e164
+from engage_sandbox.handlers.outcome import Outcome, fatal
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.state.store import is_array_operation, is_e164
 
 ARRAYS = ("attributes", "events", "purchases")
 

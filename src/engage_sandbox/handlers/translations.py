@@ -12,8 +12,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engage_sandbox.control import json_response
-from engage_sandbox.dashboard_seed import DashboardSeed, Message, seed_of
+from engage_sandbox.handlers.control import json_response
+from engage_sandbox.state.dashboard_seed import DashboardSeed, Message, seed_of
 
 
 def _errors(status: int, *messages: str) -> Response:

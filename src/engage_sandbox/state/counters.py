@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from engage_sandbox.track_validation import NON_ATTRIBUTE_KEYS, Ref
+from engage_sandbox.handlers.track_validation import NON_ATTRIBUTE_KEYS, Ref
 
 
 @dataclass

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engage_sandbox.settings import SandboxSettings
+from engage_sandbox.state.settings import SandboxSettings
 
 PER_PATH_GROUPS = frozenset({"default"})
 

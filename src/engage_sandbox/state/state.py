@@ -9,12 +9,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from engage_sandbox.counters import Counters
-from engage_sandbox.faults import FaultBook, FaultRule, parse_rules
-from engage_sandbox.ratelimit import RateLimiter
-from engage_sandbox.seed import Seed
-from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.store import ProfileStore
+from engage_sandbox.state.counters import Counters
+from engage_sandbox.state.faults import FaultBook, FaultRule, parse_rules
+from engage_sandbox.state.ratelimit import RateLimiter
+from engage_sandbox.state.seed import Seed
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.state.store import ProfileStore
 
 LOGGED_HEADERS = (
     "content-type",

@@ -23,16 +23,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from engage_sandbox import control, dashboard, identity, messaging, scim, subscriptions
-from engage_sandbox.auth import Endpoint, check_auth, match_endpoint
-from engage_sandbox.faults import FaultRule
-from engage_sandbox.lean import handle_track_lean
-from engage_sandbox.outcome import Outcome
-from engage_sandbox.ratelimit import Verdict
-from engage_sandbox.seed import load_seed
-from engage_sandbox.settings import SandboxSettings
-from engage_sandbox.state import SandboxState
-from engage_sandbox.track import handle_track
+from engage_sandbox.handlers import control, dashboard, identity, messaging, scim, subscriptions
+from engage_sandbox.handlers.lean import handle_track_lean
+from engage_sandbox.handlers.outcome import Outcome
+from engage_sandbox.handlers.track import handle_track
+from engage_sandbox.state.faults import FaultRule
+from engage_sandbox.state.ratelimit import Verdict
+from engage_sandbox.state.seed import load_seed
+from engage_sandbox.state.settings import SandboxSettings
+from engage_sandbox.state.state import SandboxState
+from engage_sandbox.web.auth import Endpoint, check_auth, match_endpoint
 
 PARSE_ERROR = "Error while parsing request body..."
 TOO_LARGE = "Request Entity Too Large"
@@ -306,8 +306,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: SandboxSettings | None = None) -> Starlette:
     """A new sandbox application with its own state (``app.state.sandbox``).
 
-    Raises :class:`engage_sandbox.seed.SeedError` or
-    :class:`engage_sandbox.faults.FaultError` for a bad seed or bad initial faults.
+    Raises :class:`engage_sandbox.state.seed.SeedError` or
+    :class:`engage_sandbox.state.faults.FaultError` for a bad seed or bad initial faults.
     """
     settings = settings or SandboxSettings()
     state = SandboxState(settings, load_seed(settings.seed))

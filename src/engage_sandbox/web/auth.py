@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engage_sandbox.seed import Seed
+from engage_sandbox.state.seed import Seed
 
 SCIM = "scim"
 SCIM_ERROR_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:Error"

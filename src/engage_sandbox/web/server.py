@@ -28,8 +28,8 @@ import httpx
 import uvicorn
 import yaml
 
-from engage_sandbox.app import create_app
-from engage_sandbox.settings import DEFAULT_RATE_LIMITS, SandboxSettings
+from engage_sandbox.state.settings import DEFAULT_RATE_LIMITS, SandboxSettings
+from engage_sandbox.web.app import create_app
 
 HOST = "127.0.0.1"
 DEMO_API_KEY = "sandbox-demo-key"  # SANDBOX ONLY: the demo seed's all-permissions key
