@@ -139,7 +139,7 @@ def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
         warehouse, service, tmp_path, "attributes",
         user_rows(400, at=T0, plan="old") + user_rows(400, at=T0 + timedelta(seconds=1),
                                                       plan="new"),
-        extract_batch_rows=100)
+        extract_batch_rows=100, superseded_rows="send")  # every row sent, each counted once
     warehouse.engine.dispose()
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
     kill_during_request(path, service, sandbox_key, state_url, nth=5)

@@ -11,13 +11,13 @@ Invariants every kind keeps (checked by its tests):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from engage_sync.items import TransformResult
+from engage_sync.items import Item, TransformResult
 from engage_sync.pack.batching import Packer
 from engage_sync.pack.request import group_for
 
@@ -45,6 +45,8 @@ class Kind:
     user_column: the column that names the one user each row touches, so a run may be split
         into partitions by its hash (`partitions`); None where a row may touch two users
         (merges, renames, identify) or must be seen whole (deletes: the cap counts the window).
+    merge: a user's items of one run as one item, or why they cannot be (`kinds.track_merge`):
+        for formats whose rows each hold some attributes (`merges`).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Kind:
     group_commits: bool = False
     diffable: bool = False
     user_column: Callable[[Integration], str | None] | None = None
+    merge: Callable[[Integration, Sequence[Item]], Item | str] | None = None
 
     def rate_group(self, integration: Integration) -> str:
         """The rate-limit group its requests draw from."""
@@ -80,15 +83,21 @@ class Kind:
         return None if self.user_column is None else self.user_column(integration)
 
     def superseded_by(self, integration: Integration) -> tuple[str, ...]:
-        """The columns naming a row's user when a row followed by a later row of the same user
-        in one run needs no object (`superseded_rows: skip`): a diffable kind with mapped
-        columns only (every row holds every attribute) and no subscription groups (changes,
-        not values); else () and every row is sent."""
+        """The columns naming a row's user when a user's rows in one run need one object
+        (`superseded_rows: skip`): a diffable kind with mapped columns (every row holds every
+        attribute: the last row's object is enough) and no subscription groups (changes, not
+        values), or the payload format when the kind can merge (`merges`); else () and every
+        row is sent."""
         m = integration.mapping
-        if not self.diffable or m is None or m.subscription_groups \
-                or integration.superseded_rows != "skip":
+        if not self.diffable or integration.superseded_rows != "skip" or (
+                m.subscription_groups if m is not None else self.merge is None):
             return ()
         return integration.identifier_columns
+
+    def merges(self, integration: Integration) -> bool:
+        """Whether a user's rows of one run are merged into one object (`merge`) rather than
+        passed for the last one: the payload format, whose rows each hold only some keys."""
+        return integration.mapping is None and bool(self.superseded_by(integration))
 
     def newest_by(self, integration: Integration) -> tuple[str, ...]:
         """The columns naming a row's user where a user's newest row wins (the service keeps

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from engage_sync.config.integration import Integration
 from engage_sync.kinds.base import Kind
+from engage_sync.kinds.track_merge import merge_items
 from engage_sync.kinds.track_packer import ENDPOINT, TrackLimits, TrackPacker
 from engage_sync.kinds.track_transform import transform_batch
 from engage_sync.pack.batching import Packer
@@ -67,7 +68,8 @@ def user_column(integration: Integration) -> str:
 
 ATTRIBUTES = Kind(name="attributes", rank=40, idempotent=True, columns=attribute_columns,
                   transform=transform_batch, packer=packer, endpoint=_track,
-                  group_commits=True, diffable=True, user_column=user_column)
+                  group_commits=True, diffable=True, user_column=user_column,
+                  merge=merge_items)
 EVENTS = Kind(name="events", rank=50, idempotent=False, columns=event_columns,
               transform=transform_batch, packer=packer, endpoint=_track,
               user_column=user_column)

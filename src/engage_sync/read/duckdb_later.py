@@ -1,5 +1,7 @@
 """A DuckDB window whose rows count their user's later rows (`LATER_ROWS`, mapped attributes
-with `superseded_rows: skip`) read in slices of its cursor, as `duckdb_slices` reads the rest.
+with `superseded_rows: skip`), or their earlier and other rows (`EARLIER_ROWS`, `OTHER_ROWS`:
+rows merged, the payload format), read in slices of its cursor, as `duckdb_slices` reads the
+rest.
 
 Counting later rows over the whole window in one query sorts it whole, which runs out of
 memory on a large window under engage-sync's default limit of 128 MB (`benchmarks/duckdb_cap.py
@@ -25,7 +27,13 @@ Invariants:
   lives on the read's connection, and is dropped when the read ends, however it ends; the
   correlated subquery names the source's columns by its table (a lone "USER" in a subquery is
   DuckDB's current_user);
-- a window of at most `SLICE_ROWS` rows is read as one query, without the table.
+- a window of at most `SLICE_ROWS` rows is read as one query, without the table;
+- merged rows (`SourceSpec.merged`) are counted the same way, in the read's order: a row's
+  EARLIER_ROWS is 0 exactly when no row of its user is read before it (none in its slice, by
+  the window function over the slice's ORDER BY, and none in an earlier slice: the table's
+  oldest cursor of the user, `FIRST`, is older than the row's; a NULL cursor is read last, so
+  any cursor is read before it), and its OTHER_ROWS is 0 exactly when the user has one row in
+  the window (none other in its slice, and the user is not in the table).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from sqlalchemy.engine import Connection
 from engage_sync.read import duckdb_slices
 
 LAST = "engage_later_last"
+FIRST = "engage_later_first"
 
 
 def _user(n: int) -> str:
@@ -55,12 +64,34 @@ def table_name() -> str:
 def beyond(table: str, user: list[sa.ColumnElement[Any]], cursor: sa.ColumnElement[Any]
            ) -> sa.ColumnElement[Any]:
     """1 when the row's user has a newer cursor in the window (for a row with a NULL cursor,
-    any cursor), by `table`, else 0: with `table` bound, an `extract.Beyond`."""
+    any cursor), by `table`, else 0: with `table` bound, an `extract.Beyond` (as are `before`
+    and `elsewhere`)."""
     users = sa.table(table, *(sa.column(_user(n)) for n in range(len(user))), sa.column(LAST))
     last = users.c[LAST]
     same = [users.c[_user(n)].is_not_distinct_from(u) for n, u in enumerate(user)]
     newer = sa.case((cursor.is_(None), last.is_not(None)), else_=last > cursor)
     found = sa.exists().where(*same, newer).correlate_except(users)  # the source: outer
+    return sa.case((found, 1), else_=0)
+
+
+def before(table: str, user: list[sa.ColumnElement[Any]], cursor: sa.ColumnElement[Any]
+           ) -> sa.ColumnElement[Any]:
+    """1 when the read gives a row of the row's user in an earlier slice: an older cursor in
+    the window (for a row with a NULL cursor, read last, any cursor), by `table`, else 0."""
+    users = sa.table(table, *(sa.column(_user(n)) for n in range(len(user))), sa.column(FIRST))
+    first = users.c[FIRST]
+    same = [users.c[_user(n)].is_not_distinct_from(u) for n, u in enumerate(user)]
+    older = sa.case((cursor.is_(None), first.is_not(None)), else_=first < cursor)
+    found = sa.exists().where(*same, older).correlate_except(users)
+    return sa.case((found, 1), else_=0)
+
+
+def elsewhere(table: str, user: list[sa.ColumnElement[Any]], _cursor: sa.ColumnElement[Any]
+              ) -> sa.ColumnElement[Any]:
+    """1 when the row's user has more than one row in the window (it is in `table`), else 0."""
+    users = sa.table(table, *(sa.column(_user(n)) for n in range(len(user))))
+    same = [users.c[_user(n)].is_not_distinct_from(u) for n, u in enumerate(user)]
+    found = sa.exists().where(*same).correlate_except(users)
     return sa.case((found, 1), else_=0)
 
 
@@ -88,7 +119,8 @@ def _build(conn: Connection, table: str, plain: sa.Select[Any], cursor: str,
            user: Sequence[str]) -> None:
     window = plain.order_by(None).subquery("engage_window")
     users = (sa.select(*(window.c[u].label(_user(n)) for n, u in enumerate(user)),
-                       sa.func.max(window.c[cursor]).label(LAST))
+                       sa.func.max(window.c[cursor]).label(LAST),
+                       sa.func.min(window.c[cursor]).label(FIRST))
              .group_by(*(window.c[u] for u in user))
              .having(sa.func.count() > 1))
     sql, params = duckdb_slices.driver_sql(conn, users)

@@ -41,7 +41,7 @@ from engage_sync.read import (
     warehouse_hints,
 )
 from engage_sync.read.driver_rows import rows_to_batch
-from engage_sync.read.source_spec import LATER_ROWS, SourceSpec
+from engage_sync.read.source_spec import EARLIER_ROWS, LATER_ROWS, OTHER_ROWS, SourceSpec
 
 Beyond = Callable[[list[sa.ColumnElement[Any]], sa.ColumnElement[Any]], sa.ColumnElement[Any]]
 """A term of LATER_ROWS from a row's user columns and its cursor, qualified by the source
@@ -114,14 +114,17 @@ def binary_ordered(conn: Connection, spec: SourceSpec, resolved: dict[str, str])
 
 
 def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
-                binary: frozenset[str] = frozenset(), beyond: Beyond | None = None
+                binary: frozenset[str] = frozenset(), beyond: Beyond | None = None,
+                before: Beyond | None = None, elsewhere: Beyond | None = None
                 ) -> sa.Select[Any]:
     """The ordered, windowed SELECT. The compound-cursor predicate is spelled out with OR/AND
     (not row-value comparison) so that every dialect, Snowflake and BigQuery included, runs it.
     `beyond` adds to LATER_ROWS a row's later rows outside the rows the query keeps (a slice
-    of the window, `duckdb_later`)."""
-    src = source_of(spec, [resolved[c] for c in dict.fromkeys(  # `beyond` names them by it
-        (*spec.superseded_by, spec.cursor_column))] if beyond else ())
+    of the window, `duckdb_later`); `before` and `elsewhere` do the same for EARLIER_ROWS and
+    OTHER_ROWS (`SourceSpec.merged`)."""
+    outer = beyond or before or elsewhere
+    src = source_of(spec, [resolved[c] for c in dict.fromkeys(  # the terms name them by it
+        (*spec.superseded_by, spec.cursor_column))] if outer else ())
 
     def col(name: str, qualified: bool = False) -> sa.ColumnElement[Any]:
         column: sa.ColumnElement[Any] = sa.column(resolved[name])
@@ -141,14 +144,19 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     order = [ordered(spec.cursor_column), *(ordered(k) for k in spec.key_columns)]
     digests = [position(k).label(key_digest.label(k)) for k in spec.key_columns
                if k in spec.digested]
-    outside = beyond([col(c, qualified=True) for c in spec.superseded_by],
-                     col(spec.cursor_column, qualified=True)) if beyond else None
-    later = [_later_rows([col(c) for c in spec.superseded_by], order, outside)] \
-        if spec.superseded_by else []
-    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests, *later
-                      ).select_from(src)
     # NULL keys sort first, as NULL_KEY does in Python (nulls.py)
     sort = [order[0], *(o.nulls_first() for o in order[1:])]
+
+    def outside(term: Beyond | None) -> sa.ColumnElement[Any] | None:
+        return term([col(c, qualified=True) for c in spec.superseded_by],
+                    col(spec.cursor_column, qualified=True)) if term else None
+
+    user = [col(c) for c in spec.superseded_by]
+    counted = [] if not user else [
+        _earlier_rows(user, sort, outside(before)), _other_rows(user, outside(elsewhere))
+    ] if spec.merged else [_later_rows(user, order, outside(beyond))]
+    query = sa.select(*(col(c).label(c) for c in spec.columns), *digests, *counted
+                      ).select_from(src)
     if window.start is not None:
         query = query.where(_after(order, window.start))
     if window.signpost is not None:
@@ -174,6 +182,24 @@ def _later_rows(user: list[sa.ColumnElement[Any]], order: list[sa.ColumnElement[
         order[0].desc(), *(o.desc().nulls_last() for o in order[1:])])
     later = rank - 1 if outside is None else rank - 1 + outside
     return later.label(LATER_ROWS)
+
+
+def _earlier_rows(user: list[sa.ColumnElement[Any]], sort: list[sa.ColumnElement[Any]],
+                  outside: sa.ColumnElement[Any] | None = None) -> sa.ColumnElement[Any]:
+    """How many rows of the same user the read gives before this one: ranked by the read's own
+    ORDER BY (`sort`), so 0 is the user's first row read whatever the dialect does with
+    NULLs; plus `outside`, 1 when such a row lies beyond the rows the query keeps."""
+    rank = sa.func.row_number().over(partition_by=user, order_by=sort)
+    earlier = rank - 1 if outside is None else rank - 1 + outside
+    return earlier.label(EARLIER_ROWS)
+
+
+def _other_rows(user: list[sa.ColumnElement[Any]], outside: sa.ColumnElement[Any] | None = None
+                ) -> sa.ColumnElement[Any]:
+    """How many other rows of the same user the query keeps; plus `outside`, 1 when the user
+    has more than one row in the window beyond them."""
+    others = sa.func.count().over(partition_by=user) - 1
+    return (others if outside is None else others + outside).label(OTHER_ROWS)
 
 
 def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
@@ -255,9 +281,15 @@ def _duckdb_parts(conn: Connection, spec: SourceSpec, resolved: dict[str, str],
     `query` whole (a SQL query source, or a small window)."""
     if spec.superseded_by and not spec.read_whole:
         # the user's columns are read columns (`source_spec`): the table groups them
-        plain = build_query(replace(spec, superseded_by=()), resolved, window)
+        plain = build_query(replace(spec, superseded_by=(), merged=False), resolved, window)
         table = duckdb_later.table_name()
-        sliced = build_query(spec, resolved, window, beyond=partial(duckdb_later.beyond, table))
+        if spec.merged:
+            sliced = build_query(spec, resolved, window,
+                                 before=partial(duckdb_later.before, table),
+                                 elsewhere=partial(duckdb_later.elsewhere, table))
+        else:
+            sliced = build_query(spec, resolved, window,
+                                 beyond=partial(duckdb_later.beyond, table))
         return duckdb_later.slices(conn, table, plain, query, sliced, spec.cursor_column,
                                    spec.superseded_by)
     return duckdb_slices.slices(conn, query, spec.cursor_column, whole=spec.read_whole)

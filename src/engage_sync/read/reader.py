@@ -11,6 +11,8 @@ Invariants:
   the window is UNCHANGED (passed, not sent; its points counted as saved): the later row holds
   every mapped attribute, so the service's net result is the same. A resumed run counts later
   rows over what it reads again only, so a user's last row is never passed unsent;
+- in the payload format (`Kind.merges`), whose rows each hold some keys, a user's rows are
+  merged into its first row read instead, the rows after it UNCHANGED (`merged_rows`);
 - stages (`run.stage`: the field diff) see a batch only after it is yielded, so they see
   items left after the drops.
 """
@@ -33,6 +35,7 @@ from engage_sync.cursor.window import Window
 from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
 from engage_sync.kinds import Kind
 from engage_sync.read.extract import stream_batches
+from engage_sync.read.merged_rows import MergedRows
 from engage_sync.read.newer_rows import newer_elsewhere
 from engage_sync.read.sent_rows import SentRows
 from engage_sync.read.source_spec import LATER_ROWS, SourceSpec
@@ -111,6 +114,7 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         digested=integration.hidden_key_columns,
         partition_column=kind.partition_column(integration),
         superseded_by=kind.superseded_by(integration),
+        merged=kind.merges(integration),
         connect_args=secrets.connect_args(integration.warehouse.connect_args,
                                           integration.name),
     )
@@ -151,12 +155,19 @@ class Reader:
                 ) -> Iterator[RowBatch]:
         seq, ties = 0, Ties()
         newer = newer_elsewhere(self.engine, self.spec, window, self.drops.newest_by)
+        merged = MergedRows(self.i, self.kind, self.engine, self.spec, window) \
+            if self.spec.merged else None
         for batch in stream_batches(self.engine, self.spec, window, self.i.extract_batch_rows):
             rows = self._transform(batch, seq)
             if self.drops.only is not None:
                 _keep_only(rows, self.drops.only)
-            if self.spec.superseded_by or newer:
-                later = batch.column(LATER_ROWS).to_pylist() if self.spec.superseded_by \
+            if merged is not None:
+                passed, saved = merged.apply(rows.outcomes, batch)
+                rows.superseded += passed
+                rows.superseded_points += saved
+            later_rows = bool(self.spec.superseded_by) and merged is None
+            if later_rows or newer:
+                later = batch.column(LATER_ROWS).to_pylist() if later_rows \
                     else [0] * batch.num_rows
                 _pass_superseded(rows, later, newer)
             if self.drops.lookback and self.drops.stored is not None:

@@ -33,6 +33,9 @@ class SourceSpec:
     """The user's columns (among `columns`), when each row also carries `LATER_ROWS`: 0 for a
     user's last row in the window, more than 0 for a row that rows of the same user follow
     (the warehouse counts them)."""
+    merged: bool = False
+    """With `superseded_by`: rows carry `EARLIER_ROWS` and `OTHER_ROWS` instead of
+    `LATER_ROWS`, for a user's rows merged into its first row read (`read.merged_rows`)."""
     connect_args: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
     hand them to the driver too. Never shown (not in the repr)."""
@@ -53,11 +56,26 @@ class SourceSpec:
     @property
     def names(self) -> list[str]:
         """Every column of a batch, in order: the configured columns, the digests, then
-        LATER_ROWS when asked for (`superseded_by`)."""
+        LATER_ROWS when asked for (`superseded_by`), or EARLIER_ROWS and OTHER_ROWS
+        (`merged`)."""
         return [*self.columns, *(key_digest.label(k) for k in self.key_columns
-                                 if k in self.digested),
-                *([LATER_ROWS] if self.superseded_by else [])]
+                                 if k in self.digested), *self.counted]
+
+    @property
+    def counted(self) -> list[str]:
+        """The columns the warehouse adds that count a row's user's other rows."""
+        if not self.superseded_by:
+            return []
+        return [EARLIER_ROWS, OTHER_ROWS] if self.merged else [LATER_ROWS]
 
 
 LATER_ROWS = "engage_later_rows"
 """The batch column of `SourceSpec.superseded_by`: 0 for a user's last row in the window."""
+
+EARLIER_ROWS = "engage_earlier_rows"
+"""A batch column of `SourceSpec.merged`: 0 for the first row of its user the read gives (in
+the read's order), more than 0 for the rows after it."""
+
+OTHER_ROWS = "engage_other_rows"
+"""A batch column of `SourceSpec.merged`: 0 for a user's only row in the window, more than 0
+when the window holds another row of the same user."""
