@@ -27,8 +27,6 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from engage_sync.cursor.null_keys import NULL_KEY
-from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window, align
 from engage_sync.errors import SourceError
 from engage_sync.read import adbc as extract_adbc
@@ -37,11 +35,12 @@ from engage_sync.read import (
     duckdb_slices,
     duckdb_turns,
     key_digest,
+    order_terms,
     snowflake_arrow,
     warehouse_hints,
 )
 from engage_sync.read.driver_rows import rows_to_batch
-from engage_sync.read.source_spec import EARLIER_ROWS, LATER_ROWS, OTHER_ROWS, SourceSpec
+from engage_sync.read.source_spec import SourceSpec
 
 Beyond = Callable[[list[sa.ColumnElement[Any]], sa.ColumnElement[Any]], sa.ColumnElement[Any]]
 """A term of LATER_ROWS from a row's user columns and its cursor, qualified by the source
@@ -153,12 +152,20 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
 
     user = [col(c) for c in spec.superseded_by]
     counted = [] if not user else [
-        _earlier_rows(user, sort, outside(before)), _other_rows(user, outside(elsewhere))
-    ] if spec.merged else [_later_rows(user, order, outside(beyond))]
+        order_terms.earlier_rows(user, sort, outside(before)),
+        order_terms.other_rows(user, outside(elsewhere)),
+    ] if spec.merged else [order_terms.later_rows(user, order, outside(beyond))]
     query = sa.select(*(col(c).label(c) for c in spec.columns), *digests, *counted
                       ).select_from(src)
+    return _within(query, spec, col, order, window).order_by(*sort)
+
+
+def _within(query: sa.Select[Any], spec: SourceSpec, col: Any,
+            order: list[sa.ColumnElement[Any]], window: Window) -> sa.Select[Any]:
+    """`query` kept to the window: after its start, up to its signpost, from its floor,
+    before its end, in its partition, up to its `until`."""
     if window.start is not None:
-        query = query.where(_after(order, window.start))
+        query = query.where(order_terms.after(order, window.start))
     if window.signpost is not None:
         query = query.where(order[0] <= window.signpost)
     if window.floor is not None:
@@ -168,38 +175,8 @@ def build_query(spec: SourceSpec, resolved: dict[str, str], window: Window,
     if window.partition is not None:
         query = query.where(_in_partition(spec, col, window.partition))
     if window.until is not None:
-        query = query.where(sa.not_(_after(order, window.until)))
-    return query.order_by(*sort)
-
-
-def _later_rows(user: list[sa.ColumnElement[Any]], order: list[sa.ColumnElement[Any]],
-                outside: sa.ColumnElement[Any] | None = None) -> sa.ColumnElement[Any]:
-    """How many rows of the same user follow this one in the window: computed over the rows
-    the WHERE clause keeps, so a resumed run counts only what it reads again; plus `outside`,
-    a term for the rows that follow beyond them (`build_query`'s `beyond`)."""
-    # NULL keys last, as the read puts them first: a row with a NULL key is never latest
-    rank = sa.func.row_number().over(partition_by=user, order_by=[
-        order[0].desc(), *(o.desc().nulls_last() for o in order[1:])])
-    later = rank - 1 if outside is None else rank - 1 + outside
-    return later.label(LATER_ROWS)
-
-
-def _earlier_rows(user: list[sa.ColumnElement[Any]], sort: list[sa.ColumnElement[Any]],
-                  outside: sa.ColumnElement[Any] | None = None) -> sa.ColumnElement[Any]:
-    """How many rows of the same user the read gives before this one: ranked by the read's own
-    ORDER BY (`sort`), so 0 is the user's first row read whatever the dialect does with
-    NULLs; plus `outside`, 1 when such a row lies beyond the rows the query keeps."""
-    rank = sa.func.row_number().over(partition_by=user, order_by=sort)
-    earlier = rank - 1 if outside is None else rank - 1 + outside
-    return earlier.label(EARLIER_ROWS)
-
-
-def _other_rows(user: list[sa.ColumnElement[Any]], outside: sa.ColumnElement[Any] | None = None
-                ) -> sa.ColumnElement[Any]:
-    """How many other rows of the same user the query keeps; plus `outside`, 1 when the user
-    has more than one row in the window beyond them."""
-    others = sa.func.count().over(partition_by=user) - 1
-    return (others if outside is None else others + outside).label(OTHER_ROWS)
+        query = query.where(sa.not_(order_terms.after(order, window.until)))
+    return query
 
 
 def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
@@ -211,29 +188,6 @@ def _in_partition(spec: SourceSpec, col: Any, partition: tuple[int, int]
         raise ValueError(f"integration {spec.integration}: this kind cannot be partitioned")
     bucket = key_digest.key_bucket(col(spec.partition_column), sa.literal(count, sa.Integer))
     return bucket == index
-
-
-def _gt(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
-    """column > value, where NULL (NULL_KEY, or None in a cursor stored by an older version)
-    sorts before every value."""
-    if value is NULL_KEY or value is None:
-        return column.is_not(None)
-    return column > value
-
-
-def _eq(column: sa.ColumnElement[Any], value: Any) -> sa.ColumnElement[bool]:
-    return column.is_(None) if value is NULL_KEY or value is None else column == value
-
-
-def _after(order: Sequence[sa.ColumnElement[Any]], start: Cursor) -> sa.ColumnElement[bool]:
-    """(c0, c1, ...) > (v0, v1, ...) as c0 > v0 OR (c0 = v0 AND (c1 > v1 OR ...)), NULL keys
-    first (`null_keys`)."""
-    if len(order) != len(start):
-        raise ValueError("cursor and order columns differ in length")
-    clause: sa.ColumnElement[bool] = _gt(order[-1], start[-1])
-    for column, value in zip(reversed(order[:-1]), reversed(start[:-1]), strict=True):
-        clause = sa.or_(_gt(column, value), sa.and_(_eq(column, value), clause))
-    return clause
 
 
 def stream_batches(
