@@ -37,6 +37,7 @@ from engage_sync.errors import ConfigError, RunInProgress
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read import duckdb_turns, key_digest
+from engage_sync.run import spend_cap
 from engage_sync.run.dry_run import DryRun, dry_run
 from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.options import RunOptions
@@ -245,10 +246,12 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
                 check_key(transport, integration.service, key, integration.name)
                 guard_schema(integration, kinds.kind_of(integration), engine, store,
                              accept=options.accept_schema)
+                spend = spend_cap.reserve(integration, options, engine, store, clock)
             seen.start(integration, engine)
             result = _send(path, integration, options, runner, stop, pin, Deps(
                 engine=engine, state=store, transport=transport, api_key=key,
                 budgets=run_budgets, on_progress=on_progress, clock=clock, stop=stop))
+        spend_cap.settle(store, spend, result)
         return RunResult(integration.name, record=result,
                          alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:

@@ -154,6 +154,11 @@ class Integration(Frozen):
     merges: MergeSpec | None = None
     alias_renames: AliasRenameSpec | None = None
     max_deletes: int = Field(default=1000, ge=0)
+    max_data_points: int | None = Field(default=None, ge=1)
+    """A run predicted (by its dry run) to bill more data points stops before sending."""
+    max_data_points_per_day: int | None = Field(default=None, ge=1)
+    """The data points every integration of the workspace (`service.base_url`) may bill in one
+    UTC day, kept in the state database (`run/spend_cap.py`)."""
     partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
     task_runner: TaskRunnerConfig = TaskRunnerConfig()
     writeback: Writeback | None = None

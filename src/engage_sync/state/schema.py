@@ -7,7 +7,8 @@ reasons, never payload values), and service errors that name no row (kind `unmap
 their request); `engage_acks` what lookback remembers; `engage_fields` what the field-level
 diff remembers (digests, never values); `engage_source_schemas` the source schema the schema
 guard last accepted; `engage_retries` failed requests that later runs send again;
-`engage_writebacks` which runs were written back to the user's warehouse.
+`engage_writebacks` which runs were written back to the user's warehouse; `engage_spend` the
+data points reserved and billed per workspace and UTC day.
 """
 
 from __future__ import annotations
@@ -178,6 +179,17 @@ source_schemas = sa.Table(
 )
 """Per integration: the source's columns and types (and payload keys' JSON types) the last
 run accepted (`read/source_schema.py`, JSON text), which the schema guard compares with."""
+
+spend = sa.Table(
+    "engage_spend",
+    metadata,
+    sa.Column("workspace", sa.String(1000), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("points_reserved", sa.BigInteger, nullable=False),
+    sa.Column("points_billed", sa.BigInteger, nullable=False),
+)
+"""Data points per workspace (the service's base URL) and UTC day (`YYYY-MM-DD`): reserved
+by runs that predicted them (`state/spend.py`) and billed by runs that finished."""
 
 field_log = sa.Table(
     "engage_field_log",
