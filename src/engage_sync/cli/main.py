@@ -18,7 +18,7 @@ from typing import Any
 
 from engage_sync.adapters import gc_tuning, telemetry
 from engage_sync.adapters.failures import expected, one_line
-from engage_sync.cli.guards import add_run_guards
+from engage_sync.cli.guards import add_run_guards, add_trace
 from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
 
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks of expected failures (bad config, missing table, "
                              "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations):
+    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations, add_trace):
         add(sub)
     return parser
 

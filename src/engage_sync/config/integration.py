@@ -154,6 +154,8 @@ class Integration(Frozen):
     merges: MergeSpec | None = None
     alias_renames: AliasRenameSpec | None = None
     max_deletes: int = Field(default=1000, ge=0)
+    trace: bool = False
+    """Record per run what became of each row read, names only (`engage-sync trace`)."""
     max_data_points: int | None = Field(default=None, ge=1)
     """A run predicted (by its dry run) to bill more data points stops before sending."""
     max_data_points_per_day: int | None = Field(default=None, ge=1)
