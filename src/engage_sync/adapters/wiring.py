@@ -46,6 +46,7 @@ from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema
 from engage_sync.run.snapshot_run import sync_of
 from engage_sync.run.stop import StopRequest
+from engage_sync.run.type_check import check_types
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 from engage_sync.writeback.writer import write_back
@@ -243,9 +244,10 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
             transport = http_transport(integration)
         with transport:
             with recorded(store, integration.name, options.mode):
-                check_key(transport, integration.service, key, integration.name)
+                answer = check_key(transport, integration.service, key, integration.name)
                 guard_schema(integration, kinds.kind_of(integration), engine, store,
                              accept=options.accept_schema)
+                check_types(integration, answer, store, transport, key)
                 spend = spend_cap.reserve(integration, options, engine, store, clock)
             seen.start(integration, engine)
             result = _send(path, integration, options, runner, stop, pin, Deps(

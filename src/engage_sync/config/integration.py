@@ -154,6 +154,9 @@ class Integration(Frozen):
     merges: MergeSpec | None = None
     alias_renames: AliasRenameSpec | None = None
     max_deletes: int = Field(default=1000, ge=0)
+    attribute_types: Annotated[Literal["check", "off"], BeforeValidator(_yaml_off)] = "check"
+    """Attributes: check the sent attributes' types against the workspace's definitions
+    before the first request (`run/type_check.py`); `off` sends anyway."""
     trace: bool = False
     """Record per run what became of each row read, names only (`engage-sync trace`)."""
     max_data_points: int | None = Field(default=None, ge=1)
