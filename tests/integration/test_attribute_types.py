@@ -100,3 +100,24 @@ def test_a_key_without_the_read_permission_warns_once_and_runs(
     assert code == 0, lines
     assert len(lines) == 1 and "types were not checked" in lines[0], lines
     assert service.requests("/users/track")
+
+
+def test_an_array_longer_than_array_length_stops_the_run(
+    service: Service, state: StateStore, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`pets` is an Array of at most 25 items in the sandbox's definitions."""
+    url = f"duckdb:///{tmp_path / 'wh.duckdb'}"
+    wh = Warehouse("duckdb", url, sa.create_engine(url))
+    wh.execute("CREATE TABLE pets_sync (UPDATED_AT TIMESTAMP, CUSTOMER_ID VARCHAR, "
+               "PETS VARCHAR[])")
+    wh.execute("INSERT INTO pets_sync SELECT TIMESTAMP '2026-01-01', 'c' || i, "
+               "list_transform(range(CASE WHEN i = 2 THEN 30 ELSE 3 END), lambda x: 'p' || x) "
+               "FROM range(3) t(i)")
+    wh.engine.dispose()
+    path = write_integration(tmp_path, "pets", integration_body(
+        wh, service, "attributes", "pets_sync", mapping={
+            "identifier": {"external_id": "CUSTOMER_ID"}, "attributes": {"PETS": "pets"}}))
+    code, lines = _run(path, state, capsys)
+    assert code != 0 and len(lines) == 1, lines
+    assert all(n in lines[0] for n in ("'pets'", "25", "PETS", "30")), lines[0]
+    assert service.requests("/users/track") == []

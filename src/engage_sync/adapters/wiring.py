@@ -247,7 +247,7 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
                 answer = check_key(transport, integration.service, key, integration.name)
                 guard_schema(integration, kinds.kind_of(integration), engine, store,
                              accept=options.accept_schema)
-                check_types(integration, answer, store, transport, key)
+                check_types(integration, answer, store, transport, key, engine)
                 spend = spend_cap.reserve(integration, options, engine, store, clock)
             seen.start(integration, engine)
             result = _send(path, integration, options, runner, stop, pin, Deps(

@@ -6,8 +6,10 @@ for it; a further page (`Link: rel="next"`) is asked only for a sent attribute n
 whose name sorts after the last one seen (the pages are alphabetical).
 What is checked: a mapped column's type as the warehouse names it (the schema guard's record,
 `state/source_schemas.py`), or for the payload format the JSON types of a key in the guard's
-sample, against the attribute's `data_type`; a `Blocklisted` attribute. An attribute the
-workspace does not define yet is not checked (the service creates it).
+sample, against the attribute's `data_type`; a `Blocklisted` attribute; a mapped array column
+holding more items than the attribute's `array_length` (`read/array_lengths.py`: one aggregate
+over the whole source). An attribute the workspace does not define yet is not checked (the
+service creates it).
 
 Invariants: runs after the schema guard and before any request; a mismatch is a ConfigError
 naming the attribute, the column and both types (a `config_error` record, 0 requests); a 403
@@ -23,10 +25,13 @@ from typing import Any
 
 import httpx
 import orjson
+from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError
 from engage_sync.kinds import kind_of
+from engage_sync.read.array_lengths import longest
+from engage_sync.read.reader import source_spec
 from engage_sync.read.source_schema import PAYLOAD_PREFIX
 from engage_sync.state.store import StateStore
 
@@ -46,7 +51,7 @@ _FITS: dict[str, tuple[str, ...]] = {
 
 
 def check_types(integration: Integration, answer: httpx.Response | None, state: StateStore,
-                transport: httpx.BaseTransport, api_key: str) -> None:
+                transport: httpx.BaseTransport, api_key: str, engine: Engine) -> None:
     """Raise ConfigError when a sent attribute's source type cannot be its `data_type`, or the
     attribute is blocklisted; warn once on a 403; return otherwise."""
     if integration.attribute_types == "off" or answer is None:
@@ -61,6 +66,7 @@ def check_types(integration: Integration, answer: httpx.Response | None, state: 
     defined = definitions(answer, transport, api_key, set(sent), integration)
     problems = [p for name, (column, have) in sent.items()
                 if name in defined and (p := problem(name, column, have, defined[name]))]
+    problems += too_long(integration, engine, sent, defined) if not problems else []
     if problems:
         raise ConfigError(
             f"integration {integration.name}: the workspace's attributes do not take what the "
@@ -90,11 +96,27 @@ def problem(name: str, column: str, have: str, definition: dict[str, Any]) -> st
     fits = _FITS.get(want)
     if fits is None:
         return None
-    types = [t for t in have.split("|") if t != "null"]  # a payload key's JSON types
-    if types and all(any(f in t if f.islower() else f in t.upper() for f in fits)
+    # a payload key's JSON types; NULL alone: a type the warehouse's dialect does not name
+    types = [t for t in have.split("|") if t.casefold() != "null"]
+    if not types or all(any(f in t if f.islower() else f in t.upper() for f in fits)
                      for t in types):
         return None
     return f"attribute {name!r} is {want} in the workspace, but column {column} is {have}"
+
+
+def too_long(integration: Integration, engine: Engine, sent: dict[str, tuple[str, str]],
+             defined: dict[str, dict[str, Any]]) -> list[str]:
+    """Mapped array columns holding more items than their attribute's `array_length`."""
+    bounded = {name: (column, int(defined[name]["array_length"])) for name, (column, _) in
+               sent.items() if integration.mapping is not None and name in defined
+               and defined[name].get("array_length") is not None}
+    if not bounded:
+        return []
+    spec = source_spec(integration, kind_of(integration))
+    most = longest(engine, spec, sorted({column for column, _ in bounded.values()}))
+    return [f"attribute {name!r} holds at most {limit} items in the workspace, but column "
+            f"{column} ({sent[name][1]}) holds an array of {most[column]}"
+            for name, (column, limit) in bounded.items() if most.get(column, 0) > limit]
 
 
 def definitions(answer: httpx.Response, transport: httpx.BaseTransport, api_key: str,
