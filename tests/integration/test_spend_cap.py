@@ -128,3 +128,20 @@ def test_reservations_in_threads_never_pass_the_cap(state_both: StateStore) -> N
             range(20)))
     assert granted.count(True) == 15
     assert state_both.points_of_day("http://w", "2026-01-01") == (15_000, 0)
+
+
+def test_a_partitioned_run_counts_once(
+    service: Service, state: StateStore, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two partitions: predicted and reserved once for the whole run, billed once."""
+    wh = Warehouse("duckdb", f"duckdb:///{tmp_path / 'wh.duckdb'}",
+                   sa.create_engine(f"duckdb:///{tmp_path / 'wh.duckdb'}"))
+    path = table_integration(wh, service, tmp_path, "attributes", user_rows(ROWS),
+                             partitions=2, max_data_points_per_day=15_000)
+    wh.engine.dispose()
+    code, lines = _run(path, state, capsys)
+    assert code == 0, lines
+    day = datetime.now(UTC).date().isoformat()
+    assert state.points_of_day(service.base_url.rstrip("/"), day) == (10_000, 10_000)
+    code, lines = _run(path, state, capsys, "--mode", "full_resync", "--send-whole")
+    assert code != 0 and "10,000 are taken" in lines[0], lines
