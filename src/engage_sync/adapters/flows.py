@@ -96,7 +96,7 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
             config_dir: str | None = None, state_url: str | None = None,
             budgets: RateBudgets | None = None, allow_deletes: int | None = None,
             partitions: int | None = None, send_whole: bool = False,
-            accept_schema: bool = False) -> dict[str, Any]:
+            accept_schema: bool = False, allow_points: int | None = None) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, a dry run's summary, or
     `{"skipped": message}` while another process runs it. Raises SyncAlert when the run needs
     attention."""
@@ -104,7 +104,7 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
     try:
         return _run_one(store, integration, mode, start, end, dry_run, resend_events,
                         config_dir, budgets, allow_deletes, partitions, send_whole,
-                        accept_schema)
+                        accept_schema, allow_points)
     finally:
         store.engine.dispose()  # a serving process runs many flows: release its connections
 
@@ -113,14 +113,14 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
              budgets: RateBudgets | None, allow_deletes: int | None,
              partitions: int | None = None, send_whole: bool = False,
-             accept_schema: bool = False) -> dict[str, Any]:
+             accept_schema: bool = False, allow_points: int | None = None) -> dict[str, Any]:
     from engage_sync.adapters.task_runners import prefect_runner  # prefect-dask only when asked
 
     logger = get_run_logger()
     progress = ProgressReporter(logger.info)
     try:
         options = run_options(mode, start, end, dry_run, resend_events, allow_deletes,
-                              partitions, send_whole, accept_schema)
+                              partitions, send_whole, accept_schema, allow_points)
         path = resolve_integration(integration, config_dir)
         with run_logs.shipped():
             outcome = sync_file(path, options=options, store=store, budgets=budgets,
@@ -172,6 +172,7 @@ async def sync_integration(
     partitions: int | None = None,
     send_whole: bool = False,
     accept_schema: bool = False,
+    allow_points: int | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Sync one integration and return its status record (or a "Skipped" state while another
     process runs the integration in the same mode). Async only for Prefect's engine (the module's
@@ -185,10 +186,8 @@ async def sync_integration(
         start: Backfill only: first UPDATED_AT included (UTC when no zone is given).
         end: Backfill only: first UPDATED_AT excluded (default: now minus the settle lag).
         dry_run: Read, validate and batch; send and record nothing.
-        resend_events: Backfill only: send events and purchases again even when the
-            incremental sync already delivered them.
-        allow_deletes: Deletes only: allow this many deletions in this run, above the
-            integration's max_deletes.
+        resend_events: Backfill only: send again events and purchases already delivered.
+        allow_deletes: Deletes only: allow this many deletions in this run, above max_deletes.
         config_dir: Folder of integration files (default ENGAGE_SYNC_CONFIG_DIR or ./config).
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
         partitions: Split the run into this many partitions by a hash of the user key, each a
@@ -197,12 +196,14 @@ async def sync_integration(
             the field record (every mode diffs by default, backfills and full resyncs too);
             for when the service's profiles are known to have drifted.
         accept_schema: Accept a changed type of a mapped column or payload key in the source
-            (a run stops before sending anything when one changed since the last run).
+            (a run stops before sending anything when it changed since the last run).
+        allow_points: Let this run bill up to this many data points, above the caps.
     """
     try:
         result = run_one(integration, mode, start, end, dry_run, resend_events, config_dir,
                          state_url, allow_deletes=allow_deletes, partitions=partitions,
-                         send_whole=send_whole, accept_schema=accept_schema)
+                         send_whole=send_whole, accept_schema=accept_schema,
+                         allow_points=allow_points)
     except SyncAlert as exc:
         return _failed(exc)
     if SKIPPED in result:
@@ -269,16 +270,17 @@ def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetim
                         resend_events: bool = False, allow_deletes: int | None = None,
                         state_url: str | None = None, use_prefect: bool = True,
                         partitions: int | None = None, send_whole: bool = False,
-                        accept_schema: bool = False) -> Any:
+                        accept_schema: bool = False, allow_points: int | None = None) -> Any:
     """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
     if use_prefect:
         return run_blocking(sync_integration(
             path, mode=mode, start=start, end=end, dry_run=dry_run,
             resend_events=resend_events, allow_deletes=allow_deletes, state_url=state_url,
-            partitions=partitions, send_whole=send_whole, accept_schema=accept_schema))
+            partitions=partitions, send_whole=send_whole, accept_schema=accept_schema,
+            allow_points=allow_points))
     return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
-                                        allow_deletes, partitions, send_whole, accept_schema),
-                      state_url)
+                                        allow_deletes, partitions, send_whole, accept_schema,
+                                        allow_points), state_url)
 
 
 def run_blocking(flow_run: Coroutine[Any, Any, Any]) -> Any:

@@ -37,6 +37,7 @@ from engage_sync.errors import ConfigError, RunInProgress
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read import duckdb_turns, key_digest
+from engage_sync.run import spend_cap
 from engage_sync.run.dry_run import DryRun, dry_run
 from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.options import RunOptions
@@ -45,6 +46,7 @@ from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema
 from engage_sync.run.snapshot_run import sync_of
 from engage_sync.run.stop import StopRequest
+from engage_sync.run.type_check import check_types
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import alert_reason
 from engage_sync.writeback.writer import write_back
@@ -242,13 +244,16 @@ def _sync(path: str | Path, options: RunOptions, store: StateStore,
             transport = http_transport(integration)
         with transport:
             with recorded(store, integration.name, options.mode):
-                check_key(transport, integration.service, key, integration.name)
+                answer = check_key(transport, integration.service, key, integration.name)
                 guard_schema(integration, kinds.kind_of(integration), engine, store,
                              accept=options.accept_schema)
+                check_types(integration, answer, store, transport, key, engine)
+                spend = spend_cap.reserve(integration, options, engine, store, clock)
             seen.start(integration, engine)
             result = _send(path, integration, options, runner, stop, pin, Deps(
                 engine=engine, state=store, transport=transport, api_key=key,
                 budgets=run_budgets, on_progress=on_progress, clock=clock, stop=stop))
+        spend_cap.settle(store, spend, result)
         return RunResult(integration.name, record=result,
                          alert=_alert(store, result, integration.failed_rows_alert_share))
     finally:

@@ -18,7 +18,7 @@ from typing import Any
 
 from engage_sync.adapters import gc_tuning, telemetry
 from engage_sync.adapters.failures import expected, one_line
-from engage_sync.cli import dbt_run
+from engage_sync.cli import dbt_run, guards
 from engage_sync.cli.logging_setup import configure
 from engage_sync.errors import SKIPPED, RunInProgress, RunStopped, SyncError
 
@@ -61,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         result: Any = run_direct(path, run_options(
             args.mode, args.start, args.end, args.dry_run, args.resend_events,
-            args.allow_deletes, args.partitions, args.send_whole, args.accept_schema),
+            args.allow_deletes, args.partitions, args.send_whole, args.accept_schema,
+            args.allow_points),
             args.state_url)
     else:
         _prefect_server()
@@ -71,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
             state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,
-            accept_schema=args.accept_schema)
+            accept_schema=args.accept_schema, allow_points=args.allow_points)
     if isinstance(result, dict) and SKIPPED in result:  # the flow's form of RunInProgress
         raise RunInProgress(result[SKIPPED])  # said and exited as `--no-prefect` does (main)
     _print_json(result)
@@ -210,9 +211,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
-    """The sandbox is a separate program (engage_sync never imports engage_sandbox). On POSIX
-    this process becomes it (exec): SIGTERM and Ctrl-C reach the server itself, which stops
-    and frees its port; no child is left behind to keep it."""
+    """The sandbox, a separate program, replaces this process on POSIX (exec): SIGTERM and
+    Ctrl-C reach the server itself, which frees its port; no child is left to keep it."""
     argv = [sys.executable, "-m", "engage_sandbox.cli", *args.rest]
     if os.name != "posix":
         return subprocess.call(argv)
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks of expected failures (bad config, missing table, "
                              "refused key...), not only their one-line message")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations):
+    for add in (_add_run, _add_status_and_errors, _add_backfill, _add_operations, guards.add_trace):
         add(sub)
     dbt_run.add_commands(sub)  # plan, dbt-exposures
     return parser
@@ -269,9 +269,9 @@ def _add_run(sub: Any) -> None:
                      help="backfill: send events the incremental sync already delivered")
     run.add_argument("--allow-deletes", type=int, default=None, metavar="N",
                      help="deletes: allow up to N deletions in this run (above max_deletes)")
+    guards.add_run_guards(run)
     run.add_argument("--partitions", type=int, default=None, metavar="N",
-                     help="split the run into N partitions by a hash of the user key, run at "
-                          "once (default: the integration's `partitions`, 1)")
+                     help="run in N partitions by a hash of the user key (default: `partitions`)")
     _send_whole(run)
     run.add_argument("--accept-schema", action="store_true",
                      help="accept a changed type of a mapped column or payload key (a run "

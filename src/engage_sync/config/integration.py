@@ -155,6 +155,16 @@ class Integration(Frozen):
     merges: MergeSpec | None = None
     alias_renames: AliasRenameSpec | None = None
     max_deletes: int = Field(default=1000, ge=0)
+    attribute_types: Annotated[Literal["check", "off"], BeforeValidator(_yaml_off)] = "check"
+    """Attributes: check the sent attributes' types against the workspace's definitions
+    before the first request (`run/type_check.py`); `off` sends anyway."""
+    trace: bool = False
+    """Record per run what became of each row read, names only (`engage-sync trace`)."""
+    max_data_points: int | None = Field(default=None, ge=1)
+    """A run predicted (by its dry run) to bill more data points stops before sending."""
+    max_data_points_per_day: int | None = Field(default=None, ge=1)
+    """The data points every integration of the workspace (`service.base_url`) may bill in one
+    UTC day, kept in the state database (`run/spend_cap.py`)."""
     partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
     task_runner: TaskRunnerConfig = TaskRunnerConfig()
     writeback: Writeback | None = None

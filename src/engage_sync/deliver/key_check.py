@@ -28,9 +28,10 @@ CHECK_PATH = "/custom_attributes"
 
 
 def check_key(transport: httpx.BaseTransport, service: Service, api_key: str,
-              integration: str) -> None:
+              integration: str) -> httpx.Response | None:
     """Raise FatalDeliveryError when the service answers 401 to one GET of CHECK_PATH with
-    `api_key`; return otherwise. `service` is the integration's section, its URL expanded."""
+    `api_key`; return otherwise. `service` is the integration's section, its URL expanded.
+    Returns the answer, read, for the type check to reuse (None when there was none)."""
     url = f"{service.base_url.rstrip('/')}{CHECK_PATH}"
     timeout = service.timeout_seconds
     request = httpx.Request("GET", url, headers={"Authorization": f"Bearer {api_key}"},
@@ -44,12 +45,13 @@ def check_key(transport: httpx.BaseTransport, service: Service, api_key: str,
     except httpx.HTTPError as exc:  # the run's own requests will meet it, with retries
         log.debug("integration %s: the key check had no answer (%s); the run goes on",
                   integration, type(exc).__name__)
-        return
+        return None
     if response.status_code == 401:
         raise FatalDeliveryError(
             f"integration {integration}: the service refused the API key (401 to GET "
             f"{CHECK_PATH}, asked before reading): nothing was read or sent; check the key in "
             f"{_source(service)}")
+    return response
 
 
 def _source(service: Service) -> str:

@@ -56,7 +56,7 @@ from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import Opened, Skipper, open_run
 from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop
-from engage_sync.run.stages import stages_for
+from engage_sync.run.stages import bind_run, stages_for
 from engage_sync.run.stop import StopRequest
 from engage_sync.run.windows import window_before
 from engage_sync.state.records import JournalEntry
@@ -149,6 +149,7 @@ class Run:
                           owner=self.owner, lease_seconds=self.i.lease_seconds)
         opened.window = self.scope.narrow(opened.window)
         self.run_id = opened.run_id
+        bind_run(self.stages, self.run_id)  # stages that record per run (the row trace)
         self.lease = lease = Lease(state, self.run_id, self.owner, self.i.lease_seconds).start()
         try:
             self._execute(opened)

@@ -32,6 +32,8 @@ class RunOptions:
     profiles are known to have drifted from the record); the record is refreshed."""
     accept_schema: bool = False
     """Accept a changed type of a mapped column or payload key (`run.schema_guard`)."""
+    allow_points: int | None = None
+    """Let this run bill up to this many data points, above the caps (`run.spend_cap`)."""
 
     @property
     def scope(self) -> str | None:
@@ -44,7 +46,7 @@ class RunOptions:
 def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_run: bool,
                 resend_events: bool, allow_deletes: int | None = None,
                 partitions: int | None = None, send_whole: bool = False,
-                accept_schema: bool = False) -> RunOptions:
+                accept_schema: bool = False, allow_points: int | None = None) -> RunOptions:
     """Parameters (CLI, flow, backfill) → RunOptions. Naive datetimes are UTC. Raises
     ConfigError when start or end is given outside a backfill, or start is not before end."""
     start, end = as_utc(start), as_utc(end)
@@ -57,7 +59,7 @@ def run_options(mode: Mode, start: datetime | None, end: datetime | None, dry_ru
     return RunOptions(mode=mode, dry_run=dry_run, start=start, end=end,
                       resend_events=resend_events, allow_deletes=allow_deletes,
                       partitions=partitions, send_whole=send_whole,
-                      accept_schema=accept_schema)
+                      accept_schema=accept_schema, allow_points=allow_points)
 
 
 def as_utc(value: datetime | None) -> datetime | None:

@@ -2,7 +2,8 @@
 
 The field diff is a stage when the integration's kind diffs (`Kind.diffs`): every mode diffs
 (a backfill or a full resync bills only what differs from the record), unless the run is
-told to send whole (`RunOptions.send_whole`), which refreshes the record; a helper process
+told to send whole (`RunOptions.send_whole`), which refreshes the record; the row trace
+(`trace: true`, not in dry runs) is the first and last stage; a helper process
 is allowed only to a run that owns its process (not a partition on a worker) and records
 something (not a dry run).
 """
@@ -18,6 +19,7 @@ from engage_sync.diff.stage import diff_stage
 from engage_sync.kinds import Kind
 from engage_sync.run.options import RunOptions
 from engage_sync.run.stage import Stage, Stages
+from engage_sync.run.trace_stage import bind, trace_stages
 from engage_sync.state.store import StateStore
 
 
@@ -31,4 +33,12 @@ def stages_for(integration: Integration, kind: Kind, state: StateStore, options:
         stages.append(diff_stage(
             integration.name, state, refresh=options.send_whole,
             helper_after=after if own_process and not options.dry_run else None))
+    if integration.trace and not options.dry_run:  # first and last: sees the diff's work
+        first, last = trace_stages(integration.name, state)
+        stages = [first, *stages, last]
     return Stages(stages)
+
+
+def bind_run(stages: Stages, run_id: str) -> None:
+    """Tell the stages that record per run (the row trace) their run's id."""
+    bind(stages, run_id)

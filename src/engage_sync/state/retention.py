@@ -45,6 +45,7 @@ def prune(store: StateStore, age: timedelta | None = None,
     many were deleted. Run records are never deleted."""
     age = age if age is not None else retention()
     deleted = store.prune_errors(now() - age)
+    store.prune_traces(now() - age)  # row traces (`trace: true`) kept as long
     if deleted:
         log.info("pruned %d row error records older than %s", deleted, age)
     return deleted

@@ -7,7 +7,9 @@ reasons, never payload values), and service errors that name no row (kind `unmap
 their request); `engage_acks` what lookback remembers; `engage_fields` what the field-level
 diff remembers (digests, never values); `engage_source_schemas` the source schema the schema
 guard last accepted; `engage_retries` failed requests that later runs send again;
-`engage_writebacks` which runs were written back to the user's warehouse.
+`engage_writebacks` which runs were written back to the user's warehouse; `engage_spend` the
+data points reserved and billed per workspace and UTC day; `engage_traces` what became of
+each row of runs that trace (attribute names, never values).
 """
 
 from __future__ import annotations
@@ -179,6 +181,33 @@ source_schemas = sa.Table(
 )
 """Per integration: the source's columns and types (and payload keys' JSON types) the last
 run accepted (`read/source_schema.py`, JSON text), which the schema guard compares with."""
+
+spend = sa.Table(
+    "engage_spend",
+    metadata,
+    sa.Column("workspace", sa.String(1000), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("points_reserved", sa.BigInteger, nullable=False),
+    sa.Column("points_billed", sa.BigInteger, nullable=False),
+)
+"""Data points per workspace (the service's base URL) and UTC day (`YYYY-MM-DD`): reserved
+by runs that predicted them (`state/spend.py`) and billed by runs that finished."""
+
+traces = sa.Table(
+    "engage_traces",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("key_hash", sa.LargeBinary(16), primary_key=True),
+    sa.Column("integration", sa.String(100), nullable=False, index=True),
+    sa.Column("outcome", sa.String(12), nullable=False),
+    sa.Column("sent", sa.Text, nullable=False),
+    sa.Column("unchanged", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""With `trace: true`: per run and row key (a 128-bit hash of it, never the key), what became
+of the row: its outcome and the attribute names sent and left out as unchanged (names, never
+values); pruned with row errors (`state/traces.py`)."""
 
 field_log = sa.Table(
     "engage_field_log",

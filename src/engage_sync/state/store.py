@@ -48,11 +48,13 @@ from engage_sync.state.row_errors import (
 from engage_sync.state.runs import RunRows, close_run, progress_values, set_cursor, update_run
 from engage_sync.state.schema import sqlite_pragmas
 from engage_sync.state.source_schemas import SourceSchemas
+from engage_sync.state.spend import Spend
+from engage_sync.state.traces import Traces
 from engage_sync.state.writebacks import Writebacks
 
 
 class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, SourceSchemas,
-                 Retries, Writebacks):
+                 Retries, Writebacks, Spend, Traces):
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
     def __init__(self, engine: Engine) -> None:
