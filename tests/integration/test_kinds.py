@@ -509,8 +509,8 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
     warehouse: Warehouse, service: Service, state: StateStore, sandbox_key: str,
     tmp_path: Path,
 ) -> None:
+    from engage_sync.config.run_options import RunOptions
     from engage_sync.errors import RunRefused
-    from engage_sync.run.options import RunOptions
     from engage_sync.status.record import page
 
     seed_profiles(service, sandbox_key, [{"external_id": f"c{i:03d}"} for i in range(30)])
@@ -537,7 +537,7 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
 def test_a_dry_run_of_deletes_lists_exactly_who_would_be_deleted(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
 ) -> None:
-    from engage_sync.run.options import RunOptions
+    from engage_sync.config.run_options import RunOptions
 
     warehouse.create("deletes_sync", [("updated_at", sa.DateTime()),
                                       ("external_id", sa.String())])

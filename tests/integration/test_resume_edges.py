@@ -13,8 +13,8 @@ import pytest
 import engage_sync.read.reader as reading
 from engage_sync.adapters import wiring
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import SourceError, SyncError
-from engage_sync.run.options import RunOptions
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import open_state, sync_file
-from engage_sync.run.options import run_options
+from engage_sync.config.run_options import run_options
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,

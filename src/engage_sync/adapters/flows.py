@@ -49,11 +49,11 @@ from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import open_state, run_direct, sync_file
 from engage_sync.config.files import integration_files, resolve_integration
+from engage_sync.config.run_options import run_options
 from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SKIPPED, RunInProgress, SyncError
 from engage_sync.run.folder import run_order
-from engage_sync.run.options import run_options
 from engage_sync.state import retention
 from engage_sync.state.store import StateStore
 from engage_sync.status.progress_report import ProgressReporter

@@ -28,6 +28,7 @@ from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config import secrets
 from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cpu_affinity import pin_setting, run_pin
 from engage_sync.deliver.key_check import check_key
 from engage_sync.deliver.lean_transport import LeanTransport
@@ -39,7 +40,6 @@ from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read import duckdb_turns, key_digest
 from engage_sync.run.dry_run import DryRun, dry_run
 from engage_sync.run.loop import Deps, run_sync
-from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import refuse_if_in_progress
 from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema

@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
         from engage_sync.adapters.wiring import run_direct
-        from engage_sync.run.options import run_options
+        from engage_sync.config.run_options import run_options
 
         result: Any = run_direct(path, run_options(
             args.mode, args.start, args.end, args.dry_run, args.resend_events,

@@ -34,6 +34,7 @@ from sqlalchemy.engine import Engine
 from engage_sync import kinds
 from engage_sync.config import partition_names
 from engage_sync.config.integration import Integration, partition_problem
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import (
     PartitionProgress,
     RunMode,
@@ -48,7 +49,6 @@ from engage_sync.read.extract import count_rows
 from engage_sync.read.null_cursors import count_skipped
 from engage_sync.read.reader import source_spec
 from engage_sync.run.lease import Lease, new_owner
-from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import open_run
 from engage_sync.run.windows import new_window, parent_window, window_before
 from engage_sync.state.store import StateStore

@@ -22,9 +22,9 @@ from sqlalchemy.engine import Engine
 
 from engage_sync import kinds
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.items import Item, Unchanged
 from engage_sync.run.loop import Deps, Run
-from engage_sync.run.options import RunOptions
 from engage_sync.run.scope import WholeRun
 from engage_sync.state.store import StateStore
 

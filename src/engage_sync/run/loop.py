@@ -33,6 +33,7 @@ from sqlalchemy.engine import Engine
 
 from engage_sync import kinds
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor, Progress, may_move_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
@@ -52,7 +53,6 @@ from engage_sync.read.reader import Drops, Reader, RowBatch
 from engage_sync.read.sent_rows import SentRows, shared
 from engage_sync.run.cutter import Cutter
 from engage_sync.run.lease import Lease, new_owner
-from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import Opened, Skipper, open_run
 from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop

@@ -34,11 +34,11 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import NOT_THE_RUNS_FAILURE, SyncError
 from engage_sync.run.loop import Deps, Run
-from engage_sync.run.options import RunOptions
 from engage_sync.state.retries import LANDED, RETRIED, Retry
 from engage_sync.state.store import StateStore
 

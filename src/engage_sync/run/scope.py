@@ -23,10 +23,10 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, SyncError
-from engage_sync.run.options import RunOptions
 from engage_sync.run.windows import new_window
 from engage_sync.state.store import StateStore
 

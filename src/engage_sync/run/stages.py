@@ -13,10 +13,10 @@ import os
 from collections.abc import Mapping
 
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.diff.helper import helper_after
 from engage_sync.diff.stage import diff_stage
 from engage_sync.kinds import Kind
-from engage_sync.run.options import RunOptions
 from engage_sync.run.stage import Stage, Stages
 from engage_sync.state.store import StateStore
 

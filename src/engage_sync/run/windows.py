@@ -13,11 +13,11 @@ from sqlalchemy.engine import Engine
 
 from engage_sync import kinds
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor, decode_cursor, stamp
 from engage_sync.cursor.window import Window, align, backfill_window, incremental_window
 from engage_sync.read.extract import sample_cursor
 from engage_sync.read.reader import source_spec
-from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 
 
