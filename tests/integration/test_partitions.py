@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import kinds
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.config.files import load_integration
 from engage_sync.config.run_options import RunOptions
@@ -32,7 +31,7 @@ from engage_sync.cursor.window import Window
 from engage_sync.read import sent_rows
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import python_bucket
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import prepare
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
@@ -51,7 +50,7 @@ STEP = timedelta(seconds=1)
 
 def partition_counts(path: Path, count: int) -> list[int]:
     integration = load_integration(path)
-    spec = source_spec(integration, kinds.kind_of(integration))
+    spec = prepare(integration, RunOptions()).spec
     engine = sa.create_engine(integration.warehouse.url)
     try:
         return [count_rows(engine, spec, Window(None, None, partition=(k, count)))

@@ -64,9 +64,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.state_url)
     else:
         _prefect_server()
-        from engage_sync.adapters.flows import sync_flow_or_direct
+        from engage_sync.adapters.flows import sync_flow
 
-        result = sync_flow_or_direct(
+        result = sync_flow(
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
             state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,

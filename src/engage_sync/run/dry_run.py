@@ -20,10 +20,8 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
-from engage_sync.config.integration import Integration
-from engage_sync.config.run_options import RunOptions
 from engage_sync.items import Item, Unchanged
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.scope import WholeRun
 from engage_sync.state.store import StateStore
@@ -69,17 +67,18 @@ class DryRun:
                 "sample": [b.decode() for b in self.sample]}
 
 
-def dry_run(integration: Integration, engine: Engine, state: StateStore,
+def dry_run(plan: RunPlan, engine: Engine, state: StateStore,
             clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-            options: RunOptions = RunOptions(dry_run=True), sample_size: int = 3) -> DryRun:
-    """Read, validate and batch the next window without sending or recording anything.
-    An irreversible kind (deletes) lists every object it would send (`sample`), not a sample."""
-    if kinds.kind_of(integration).irreversible:
+            sample_size: int = 3) -> DryRun:
+    """Read, validate and batch the next window of `plan` without sending or recording
+    anything. An irreversible kind (deletes) lists every object it would send (`sample`), not
+    a sample."""
+    if plan.kind.irreversible:
         sample_size = sys.maxsize
     with httpx.HTTPTransport() as transport:  # never used: nothing is sent
-        run = Run(integration, Deps(engine=engine, state=state, transport=transport, api_key="",
-                                    clock=clock), options, WholeRun())
-        packer = run.kind.packer(integration)
+        run = Run(plan, Deps(engine=engine, state=state, transport=transport, api_key="",
+                             clock=clock), WholeRun())
+        packer = plan.kind.packer(plan.integration)
         result = DryRun()
         run.stages.open()  # the diff folds a killed run's log: where, not what, is recorded
         try:
