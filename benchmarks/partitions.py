@@ -145,7 +145,7 @@ def cpu_split(pids: dict[str, list[int]]) -> dict[str, float]:
 def one_run(path: Path, state: Path, runner: Any, sandbox: str,
             pids: dict[str, list[int]]) -> dict[str, Any]:
     from engage_sync.adapters.wiring import open_state, sync_file
-    from engage_sync.run.options import RunOptions
+    from engage_sync.config.run_options import RunOptions
 
     httpx.post(f"{sandbox}/_sandbox/reset", timeout=30).raise_for_status()
     state.unlink(missing_ok=True)

@@ -19,6 +19,8 @@ import yaml
 
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.config.files import load_integration
+from engage_sync.config.run_options import RunOptions
+from engage_sync.read.plan import prepare
 from engage_sync.writeback import writer
 
 ROWS = 10_000
@@ -45,7 +47,7 @@ def main(work: Path) -> None:
     assert record is not None and record["rows_rejected"] == ROWS, record
     integration = load_integration(path)
     engine = writer.target_engine(integration)
-    keys = writer.key_names(integration, engine)
+    keys = writer.key_names(prepare(integration, RunOptions()), engine)
     times = []
     for _ in range(5):
         started = time.perf_counter()

@@ -16,7 +16,7 @@ import pytest
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.cli import backfill
 from engage_sync.cli.main import main
-from engage_sync.run.options import run_options
+from engage_sync.config.run_options import run_options
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, table_integration, user_rows
 

@@ -11,7 +11,7 @@ from datetime import UTC, timedelta
 from pathlib import Path
 
 from engage_sync.adapters.wiring import sync_file
-from engage_sync.run.options import RunOptions
+from engage_sync.config.run_options import RunOptions
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, event_rows, table_integration
 

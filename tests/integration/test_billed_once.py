@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.gc_tuning import GEN0
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.run_options import RunOptions, run_options
 from engage_sync.errors import SchemaChanged
-from engage_sync.run.options import RunOptions, run_options
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,

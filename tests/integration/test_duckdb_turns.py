@@ -15,13 +15,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from engage_sync import kinds
 from engage_sync.adapters.wiring import warehouse_engine
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import SourceError
 from engage_sync.read import duckdb_turns
 from engage_sync.read.extract import connected
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import prepare
 from engage_sync.writeback.writer import target_engine
 from tests.integration.conftest import load, write_integration
 
@@ -103,7 +103,7 @@ def test_a_lock_held_past_the_wait_is_a_source_error_naming_the_key(tmp_path: Pa
     try:
         started = time.monotonic()
         with pytest.raises(SourceError) as raised, connected(
-                engine, source_spec(integration, kinds.kind_of(integration))):
+                engine, prepare(integration, RunOptions()).spec):
             pass
         assert time.monotonic() - started >= 0.5
         said = str(raised.value)

@@ -13,11 +13,11 @@ import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.cli.main import main
+from engage_sync.config.run_options import RunOptions, run_options
 from engage_sync.diff import field_diff
 from engage_sync.diff.helper import ENV, FieldHelper
 from engage_sync.diff.stage import UNCHANGED, Differ
 from engage_sync.items import Item
-from engage_sync.run.options import RunOptions, run_options
 from engage_sync.state import field_codec
 from engage_sync.state.fields import FRESH
 from engage_sync.state.schema import ADDED_COLUMNS, field_log, fields, runs

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from engage_sync.adapters import wiring
+from engage_sync.adapters import resources
 from engage_sync.config.integration import Integration
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.errors import ConfigError
@@ -95,7 +95,7 @@ def test_a_run_sends_through_the_proxy_the_environment_names(
         for name in ("NO_PROXY", "no_proxy", "http_proxy"):
             monkeypatch.delenv(name, raising=False)
         integration = an_integration("http://service.invalid")
-        with wiring.http_transport(integration) as transport:
+        with resources.http_transport(integration) as transport:
             response = transport.handle_request(httpx.Request(
                 "POST", "http://service.invalid/users/track", content=b"{}"))
             response.read()
@@ -110,7 +110,7 @@ def test_a_proxy_httpx_cannot_use_is_a_config_error_with_its_password_hidden(
         monkeypatch.delenv(name, raising=False)
     integration = an_integration("https://rest.example.com")
     with pytest.raises(ConfigError) as info:
-        wiring.http_transport(integration)
+        resources.http_transport(integration)
     text = str(info.value)
     assert "HTTPS_PROXY" in text and "proxy:1" in text and "s3cret" not in text
     assert info.value.__cause__ is None and info.value.__suppress_context__

@@ -509,8 +509,8 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
     warehouse: Warehouse, service: Service, state: StateStore, sandbox_key: str,
     tmp_path: Path,
 ) -> None:
+    from engage_sync.config.run_options import RunOptions
     from engage_sync.errors import RunRefused
-    from engage_sync.run.options import RunOptions
     from engage_sync.status.record import page
 
     seed_profiles(service, sandbox_key, [{"external_id": f"c{i:03d}"} for i in range(30)])
@@ -537,7 +537,7 @@ def test_the_delete_cap_refuses_an_over_large_run_and_sends_nothing(
 def test_a_dry_run_of_deletes_lists_exactly_who_would_be_deleted(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
 ) -> None:
-    from engage_sync.run.options import RunOptions
+    from engage_sync.config.run_options import RunOptions
 
     warehouse.create("deletes_sync", [("updated_at", sa.DateTime()),
                                       ("external_id", sa.String())])
@@ -548,10 +548,11 @@ def test_a_dry_run_of_deletes_lists_exactly_who_would_be_deleted(
     result = sync_file(path, store=state, options=RunOptions(dry_run=True)).dry_run
     assert result is not None and result.requests == 3
     assert sorted(json.loads(b) for b in result.sample) == [f"c{i:03d}" for i in range(120)]
-    from engage_sync.adapters.flows import sync_flow_or_direct  # what `run --dry-run` prints
+    from engage_sync.adapters.wiring import run_direct  # what `run --dry-run` prints
 
-    printed = sync_flow_or_direct(str(path), dry_run=True, use_prefect=False,
-                                  state_url=f"sqlite:///{tmp_path / 'other.db'}")
+    printed = run_direct(path, RunOptions(dry_run=True),
+                         state_url=f"sqlite:///{tmp_path / 'other.db'}")
+    assert printed is not None
     assert sorted(json.loads(s) for s in printed["sample"]) == [f"c{i:03d}" for i in range(120)]
     assert service.requests("/users/delete") == []
 

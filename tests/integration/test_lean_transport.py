@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engage_sync.adapters import wiring
+from engage_sync.adapters import resources
 from engage_sync.deliver.classify import classify
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.lean_transport import LeanTransport
@@ -323,7 +323,7 @@ def test_the_wiring_sends_through_the_lean_transport_without_a_proxy(
         monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    transport = wiring.http_transport(an_integration("http://127.0.0.1:9"))
+    transport = resources.http_transport(an_integration("http://127.0.0.1:9"))
     assert isinstance(transport, LeanTransport)
     transport.close()
 

@@ -24,15 +24,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from engage_sync import kinds
 from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.config.files import load_integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.window import Window
 from engage_sync.read import sent_rows
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import python_bucket
-from engage_sync.read.reader import source_spec
-from engage_sync.run.options import RunOptions
+from engage_sync.read.plan import prepare
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
@@ -51,7 +50,7 @@ STEP = timedelta(seconds=1)
 
 def partition_counts(path: Path, count: int) -> list[int]:
     integration = load_integration(path)
-    spec = source_spec(integration, kinds.kind_of(integration))
+    spec = prepare(integration, RunOptions()).spec
     engine = sa.create_engine(integration.warehouse.url)
     try:
         return [count_rows(engine, spec, Window(None, None, partition=(k, count)))
@@ -202,7 +201,7 @@ def test_a_backfill_of_events_skips_what_partitions_sent_and_runs_partitioned_it
     late["payload"] = json.dumps({"name": "viewed", "properties": {"eid": "late"}})
     wh.insert("events_sync", [late])
     wh.engine.dispose()
-    from engage_sync.run.options import run_options
+    from engage_sync.config.run_options import run_options
 
     options = run_options("backfill", datetime(2025, 12, 31), datetime(2026, 1, 2), False,
                           False, partitions=4)

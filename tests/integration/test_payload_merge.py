@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.run_options import RunOptions
 from engage_sync.read import extract
 from engage_sync.read.extract import stream_batches
-from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,

@@ -17,7 +17,8 @@ import yaml
 
 from engage_sync.adapters.wiring import run_direct
 from engage_sync.cli.main import main
-from engage_sync.run.options import RunOptions
+from engage_sync.config.run_options import RunOptions
+from engage_sync.errors import ConfigError
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service
 
@@ -106,6 +107,11 @@ def test_plan_predicts_the_points_of_an_added_mapped_column(
     predicted = entry["points"]
 
     billed_before = int(service.counters()["data_points"])
+    with pytest.raises(ConfigError, match="credit_balance"):  # the run's own type check agrees
+        run_direct(folder / "users.yaml", RunOptions(), str(state.engine.url))
+    assert int(service.counters()["data_points"]) == billed_before
+    write(folder / "users.yaml", {**users, "attribute_types": "off"})  # sent as the plan said
+    git(root, "commit", "-q", "-am", "users: the workspace's types not checked")
     record = run_direct(folder / "users.yaml", RunOptions(), str(state.engine.url))
     assert record is not None and record["job_status"] == "success"
     billed = int(service.counters()["data_points"]) - billed_before

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engage_sync.adapters.flows import sync_flow_or_direct
+from engage_sync.adapters.wiring import run_direct
+from engage_sync.config.run_options import RunOptions
 from tests.integration.conftest import (
     Service,
     Warehouse,
@@ -31,8 +32,8 @@ def test_progress_shows_the_counted_total_and_ends_with_the_record(
     path = write_integration(tmp_path, "users", integration_body(
         warehouse, service, "attributes", "users_sync"))
     with caplog.at_level(logging.INFO, logger="engage_sync.progress"):
-        record = sync_flow_or_direct(str(path), state_url=f"sqlite:///{tmp_path / 's.db'}",
-                                     use_prefect=False)
+        record = run_direct(path, RunOptions(), state_url=f"sqlite:///{tmp_path / 's.db'}")
+    assert record is not None
     lines = [r.getMessage() for r in caplog.records if r.name == "engage_sync.progress"]
     assert record["rows_read"] == 501
     assert lines[0].startswith("progress: read 0 of 501 rows (counted, 0%)")

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import open_state, sync_file
-from engage_sync.run.options import run_options
+from engage_sync.config.run_options import RunOptions, run_options
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     T0,
@@ -139,8 +139,8 @@ def test_a_payload_key_of_mixed_types_never_flips_the_schema_guard(
 ) -> None:
     import json as _json
 
-    from engage_sync import kinds
     from engage_sync.config.files import load_integration
+    from engage_sync.read.plan import prepare
     from engage_sync.run.schema_guard import guard_schema
 
     def rows(values: list[Any]) -> list[dict[str, Any]]:
@@ -148,15 +148,14 @@ def test_a_payload_key_of_mixed_types_never_flips_the_schema_guard(
                 for i, v in enumerate(values)]
 
     path = table_integration(warehouse, service, tmp_path, "attributes", rows([12345, "A1B"]))
-    integration = load_integration(path)
-    kind = kinds.kind_of(integration)
-    guard_schema(integration, kind, warehouse.engine, state)  # number|string recorded
+    plan = prepare(load_integration(path), RunOptions())
+    guard_schema(plan, warehouse.engine, state)  # number|string recorded
     warehouse.execute("DELETE FROM users_sync")
     warehouse.insert("users_sync", rows(["A1B", "C2D"]))
-    guard_schema(integration, kind, warehouse.engine, state)  # overlaps: no change
+    guard_schema(plan, warehouse.engine, state)  # overlaps: no change
     warehouse.execute("DELETE FROM users_sync")
     warehouse.insert("users_sync", rows([10001, 10002]))
-    guard_schema(integration, kind, warehouse.engine, state)  # number was seen: no change
+    guard_schema(plan, warehouse.engine, state)  # number was seen: no change
     assert state.source_schema("users")["payload.zip"] == "number|string"  # type: ignore[index]
 
 

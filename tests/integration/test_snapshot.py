@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import ConfigError, RunRefused
-from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
 from tests.integration.conftest import (

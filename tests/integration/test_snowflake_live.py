@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engage_sync.adapters.wiring import sync_file
-from engage_sync.run.options import RunOptions
+from engage_sync.config.run_options import RunOptions
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, write_integration
 from tests.snowflake_emulator import PASSWORD, Emulator

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import ConfigError
-from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
 from tests.integration.conftest import (

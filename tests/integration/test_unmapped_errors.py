@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engage_sync.adapters import wiring
+from engage_sync.adapters import resources
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.cli import main as cli
 from engage_sync.config.integration import Integration
@@ -47,7 +47,7 @@ def test_errors_naming_no_item_are_kept_counted_and_listed(
     def transport(integration: Integration) -> httpx.BaseTransport:
         return _with_stray_error(httpx.HTTPTransport())
 
-    monkeypatch.setattr(wiring, "http_transport", transport)
+    monkeypatch.setattr(resources, "http_transport", transport)
     path = table_integration(warehouse, service, tmp_path, "events", event_rows(150),
                              service={"max_in_flight": 1})
     record = sync_file(path, store=state).record

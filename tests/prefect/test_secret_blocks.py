@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from engage_sandbox.web.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state, run_direct
+from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import ConfigError
-from engage_sync.run.options import RunOptions
 from tests.integration.conftest import write_integration
 from tests.prefect.conftest import USERS, build_folder
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engage_sync.errors import NOT_THE_RUNS_FAILURE, ConfigError, RunInProgress, SyncError
@@ -50,20 +51,30 @@ def one_line(exc: BaseException, integration: str | None = None) -> str:
     return text
 
 
+@dataclass
+class Recording:
+    """The name a failure is recorded under: a file's stem until the file is read, then the
+    integration's own name."""
+
+    name: str
+
+
 @contextmanager
 def recorded(store: StateStore, name: str, mode: str = "incremental",
-             only: type[Exception] = Exception) -> Iterator[None]:
-    """A failure raised inside (of type `only`) is recorded as the integration's run, then
-    raised: for what stops a run before its loop opens a run row of its own (a bad file, an
-    unset or refused key, a missing table, a warehouse out of reach). Nothing is recorded for
-    another process's run (RunInProgress) or a failure that is not the run's own
-    (NOT_THE_RUNS_FAILURE: a stop, a lost lease, the state database out of reach)."""
+             only: type[Exception] = Exception) -> Iterator[Recording]:
+    """A failure raised inside (of type `only`) is recorded as the integration's run, under
+    the name the yielded `Recording` holds by then, then raised: for what stops a run before
+    its loop opens a run row of its own (a bad file, an unset or refused key, a missing table,
+    a warehouse out of reach). Nothing is recorded for another process's run (RunInProgress)
+    or a failure that is not the run's own (NOT_THE_RUNS_FAILURE: a stop, a lost lease, the
+    state database out of reach)."""
+    recording = Recording(name)
     try:
-        yield
+        yield recording
     except (RunInProgress, *NOT_THE_RUNS_FAILURE):
         raise
     except only as exc:
-        record_failure(store, name, exc, mode)
+        record_failure(store, recording.name, exc, mode)
         raise
 
 

@@ -30,7 +30,6 @@ artifacts, then prunes row error records older than the retention age.
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 import threading
 from collections.abc import Coroutine
@@ -40,55 +39,24 @@ from types import FrameType
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
 from engage_sync.adapters import prefect_exit, run_logs
+from engage_sync.adapters.artifacts import leave_artifacts
 from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.secret_blocks import secret_block
-from engage_sync.adapters.wiring import open_state, run_direct, sync_file
+from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.config.files import integration_files, resolve_integration
+from engage_sync.config.run_options import run_options
 from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SKIPPED, RunInProgress, SyncError
 from engage_sync.run.folder import run_order
-from engage_sync.run.options import run_options
-from engage_sync.state import retention
 from engage_sync.state.store import StateStore
 from engage_sync.status.progress_report import ProgressReporter
-from engage_sync.status.record import run_errors
 
-ARTIFACT_ROWS = 1000
 prefect_exit.register()  # no DuckDB leak report at exit of a process that ran a flow
-
-
-def _artifact_key(name: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in name.lower())
-
-
-def _artifacts(name: str, record: dict[str, Any], store: StateStore) -> None:
-    key = _artifact_key(name)
-    create_table_artifact(table=[record], key=f"sync-status-{key}",  # type: ignore[call-arg]
-                          description=f"engage-sync status record of {name}", _sync=True)
-    errors = run_errors(store, record["run_id"], limit=ARTIFACT_ROWS) if "run_id" in record else []
-    if errors:
-        more = sum(record.get(k, 0) for k in (
-            "rows_failed_with_errors", "rows_in_doubt", "errors_unmapped",
-            "rows_possibly_duplicated"))  # every kind of error the listing holds
-        note = f" (first {ARTIFACT_ROWS} of {more})" if more > len(errors) else ""
-        create_table_artifact(  # type: ignore[call-arg]
-            table=errors, key=f"sync-rejects-{key}", _sync=True,
-            description=f"rejected, failed, in-doubt and possibly doubled rows of {name}, and "
-                        f"service errors naming no row: keys and reasons{note}; "
-                        f"`engage-sync errors {name}` lists them")
-
-
-def _prune(store: StateStore) -> None:
-    try:
-        retention.prune(store)
-    except Exception as exc:  # pruning never fails a sync
-        logging.getLogger(__name__).warning("pruning row errors failed: %s", exc)
 
 
 def run_one(integration: str, mode: Mode = "incremental", start: datetime | None = None,
@@ -139,8 +107,7 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
         return d.summary(outcome.integration)
     record = dict(outcome.record or {})
     progress.finish(record)
-    _artifacts(outcome.integration, record, store)
-    _prune(store)
+    leave_artifacts(outcome.integration, record, store)
     if outcome.writeback_error:  # logged by the write-back; the next run writes it
         logger.warning("integration %s: write-back failed, the next run tries again",
                        outcome.integration)
@@ -265,22 +232,17 @@ def sync_folder(
     return results
 
 
-def sync_flow_or_direct(path: str, *, mode: Mode = "incremental", start: datetime | None = None,
-                        end: datetime | None = None, dry_run: bool = False,
-                        resend_events: bool = False, allow_deletes: int | None = None,
-                        state_url: str | None = None, use_prefect: bool = True,
-                        partitions: int | None = None, send_whole: bool = False,
-                        accept_schema: bool = False, allow_points: int | None = None) -> Any:
-    """The CLI's entry: a Prefect flow run, or the pipeline alone with --no-prefect."""
-    if use_prefect:
-        return run_blocking(sync_integration(
-            path, mode=mode, start=start, end=end, dry_run=dry_run,
-            resend_events=resend_events, allow_deletes=allow_deletes, state_url=state_url,
-            partitions=partitions, send_whole=send_whole, accept_schema=accept_schema,
-            allow_points=allow_points))
-    return run_direct(path, run_options(mode, start, end, dry_run, resend_events,
-                                        allow_deletes, partitions, send_whole, accept_schema,
-                                        allow_points), state_url)
+def sync_flow(path: str, *, mode: Mode = "incremental", start: datetime | None = None,
+              end: datetime | None = None, dry_run: bool = False, resend_events: bool = False,
+              allow_deletes: int | None = None, state_url: str | None = None,
+              partitions: int | None = None, send_whole: bool = False,
+              accept_schema: bool = False, allow_points: int | None = None) -> Any:
+    """The CLI's entry to a Prefect flow run (`--no-prefect` calls `wiring.run_direct`)."""
+    return run_blocking(sync_integration(
+        path, mode=mode, start=start, end=end, dry_run=dry_run,
+        resend_events=resend_events, allow_deletes=allow_deletes, state_url=state_url,
+        partitions=partitions, send_whole=send_whole, accept_schema=accept_schema,
+        allow_points=allow_points))
 
 
 def run_blocking(flow_run: Coroutine[Any, Any, Any]) -> Any:

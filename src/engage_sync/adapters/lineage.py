@@ -18,9 +18,8 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from engage_sync.config.files import load_integration
-from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError, RunInProgress
+from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import record
 
@@ -36,7 +35,9 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 class Observer(Protocol):
-    def start(self, integration: Integration, engine: sa.Engine) -> None: ...
+    def named(self, name: str) -> None: ...
+
+    def start(self, plan: RunPlan, engine: sa.Engine) -> None: ...
 
     def finish(self, record: dict[str, Any] | None) -> None: ...
 
@@ -44,7 +45,10 @@ class Observer(Protocol):
 class Silent:
     """The observer when lineage is off: does nothing."""
 
-    def start(self, integration: Integration, engine: sa.Engine) -> None:
+    def named(self, name: str) -> None:
+        return None
+
+    def start(self, plan: RunPlan, engine: sa.Engine) -> None:
         return None
 
     def finish(self, record: dict[str, Any] | None) -> None:
@@ -75,21 +79,12 @@ def observe(path: str | Path, *, live: bool = True,
     except RunInProgress:  # another process's run holds it: this start was no run, told nothing
         raise
     except BaseException as exc:  # FAIL; ABORT for an interrupt (Ctrl-C, SystemExit)
-        names = dict.fromkeys([run.job_name, _name_in(path)])
+        names = dict.fromkeys([run.job_name, run.integration_name])
         run.fail(exc, aborted=not isinstance(exc, Exception),
                  record=_left_by_run(store, names, since))
         raise
     finally:
         client.close(5.0)
-
-
-def _name_in(path: str | Path) -> str:
-    """The integration the file names (its stem when it cannot be read: so a bad file's run is
-    recorded)."""
-    try:
-        return load_integration(path).name
-    except Exception:
-        return Path(path).stem
 
 
 def _left_by_run(store: StateStore | None, names: Iterable[str], since: datetime

@@ -37,7 +37,7 @@ from engage_sync.adapters import lineage_names as names
 from engage_sync.adapters.failures import one_line
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
-from engage_sync.kinds import kind_of
+from engage_sync.read.plan import RunPlan
 
 log = logging.getLogger("engage_sync.lineage")
 
@@ -103,6 +103,7 @@ class RunLineage:
         self.client = client
         self.namespace = os.environ.get(NAMESPACE_ENV) or "engage-sync"
         self.job_name = job_name
+        self.integration_name = job_name
         self.run_id = str(generate_new_uuid())
         self.inputs: list[InputDataset] = []
         self.outputs: list[OutputDataset] = []
@@ -110,8 +111,13 @@ class RunLineage:
         self.started = False
         self.ended = False
 
-    def start(self, integration: Integration, engine: sa.Engine) -> None:
+    def named(self, name: str) -> None:
+        """The integration's name, once its file is read (FAIL finds its record by it)."""
+        self.integration_name = name
+
+    def start(self, plan: RunPlan, engine: sa.Engine) -> None:
         """START with the run's datasets (the table, the endpoint)."""
+        integration = plan.integration
         self.job_name = integration.name
         url = engine.url
         self.secrets = [url.password, os.environ.get(integration.service.api_key_env),
@@ -124,7 +130,7 @@ class RunLineage:
                                                   _default_schema(engine)))]
         self.outputs = [OutputDataset(
             namespace=names.service_namespace(integration.service.base_url),
-            name=kind_of(integration).endpoint(integration))]
+            name=plan.kind.endpoint(integration))]
         self._emit(RunState.START, {})
 
     def finish(self, record: dict[str, Any] | None) -> None:

@@ -23,20 +23,15 @@ import httpx
 
 from engage_sync import kinds
 from engage_sync.adapters.failures import one_line
-from engage_sync.adapters.wiring import (
-    http_transport,
-    service_key,
-    sync_file,
-    warehouse_engine,
-    with_expanded_service,
-)
+from engage_sync.adapters.resources import http_transport, service_key, warehouse_engine
+from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.file_diff import attributes_of
 from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import SyncError
 from engage_sync.read import duckdb_turns
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import prepare
 from engage_sync.read.source_schema import describe
-from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 
 ATTRIBUTES_PATH = "/custom_attributes"
@@ -105,7 +100,7 @@ def caps_passed(integration: Integration, rows: int) -> list[str]:
 def _workspace(integration: Integration, mapped: dict[str, str],
                cache: dict[tuple[str, str], dict[str, str]]) -> tuple[list[str], list[str]]:
     try:
-        expanded = with_expanded_service(integration)
+        expanded = prepare(integration, RunOptions(dry_run=True)).integration
         key = service_key(expanded)
         where = (expanded.service.base_url, key)
         if where not in cache:
@@ -151,7 +146,8 @@ def _column_types(integration: Integration) -> tuple[dict[str, str], list[str]]:
     try:
         engine = warehouse_engine(integration)
         try:
-            schema = describe(engine, source_spec(integration, kinds.kind_of(integration)), None)
+            spec = prepare(integration, RunOptions(dry_run=True)).spec
+            schema = describe(engine, spec, None)
         finally:
             duckdb_turns.release(engine)
             engine.dispose()

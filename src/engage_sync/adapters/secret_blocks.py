@@ -1,7 +1,7 @@
 """The API key (or another secret) from a Prefect Secret block named in the integration file.
 
 Prefect is imported on first use, by the paths that run Prefect already (flows, partition
-task runs); `engage-sync run --no-prefect` never calls this (`wiring.service_key` refuses a
+task runs); `engage-sync run --no-prefect` never calls this (`resources.service_key` refuses a
 block there). Errors name the block and the key of the file, never a value.
 """
 

@@ -311,7 +311,7 @@ def dry_run(path: str, chunks: list[Chunk], *, resend_events: bool = False,
     requests, and data points billed and saved (diffed against the field record as it is now,
     or whole with `send_whole`). Nothing sent, no flow run created."""
     from engage_sync.adapters.wiring import open_state, sync_file
-    from engage_sync.run.options import run_options
+    from engage_sync.config.run_options import run_options
 
     store = open_state(state_url)
     out = []

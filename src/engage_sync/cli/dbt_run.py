@@ -136,22 +136,22 @@ def _run_all(args: argparse.Namespace, paths: list[Path], skips: dict[str, str])
 
 def _run_one(args: argparse.Namespace, path: Path) -> Any:
     """One integration as `engage-sync run FILE` runs it: a flow run, or `--no-prefect`."""
-    from engage_sync.run.options import run_options
+    from engage_sync.config.run_options import run_options
 
     options = run_options(args.mode, args.start, args.end, args.dry_run, args.resend_events,
                           args.allow_deletes, args.partitions, args.send_whole,
-                          args.accept_schema)
+                          args.accept_schema, args.allow_points)
     if args.no_prefect:
         from engage_sync.adapters.wiring import run_direct
 
         return run_direct(path, options, args.state_url)
-    from engage_sync.adapters.flows import sync_flow_or_direct
+    from engage_sync.adapters.flows import sync_flow
 
-    result = sync_flow_or_direct(
+    result = sync_flow(
         str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
         resend_events=args.resend_events, allow_deletes=args.allow_deletes,
         state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,
-        accept_schema=args.accept_schema)
+        accept_schema=args.accept_schema, allow_points=args.allow_points)
     if isinstance(result, dict) and SKIPPED in result:
         raise RunInProgress(result[SKIPPED])
     return result

@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = resolve_integration(args.integration, args.config_dir)
     if args.no_prefect:  # Prefect is not even imported
         from engage_sync.adapters.wiring import run_direct
-        from engage_sync.run.options import run_options
+        from engage_sync.config.run_options import run_options
 
         result: Any = run_direct(path, run_options(
             args.mode, args.start, args.end, args.dry_run, args.resend_events,
@@ -66,9 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.state_url)
     else:
         _prefect_server()
-        from engage_sync.adapters.flows import sync_flow_or_direct
+        from engage_sync.adapters.flows import sync_flow
 
-        result = sync_flow_or_direct(
+        result = sync_flow(
             str(path), mode=args.mode, start=args.start, end=args.end, dry_run=args.dry_run,
             resend_events=args.resend_events, allow_deletes=args.allow_deletes,
             state_url=args.state_url, partitions=args.partitions, send_whole=args.send_whole,

@@ -31,9 +31,9 @@ from typing import Any
 from pydantic import SecretStr
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
 from engage_sync.config import partition_names
 from engage_sync.config.integration import Integration, partition_problem
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import (
     PartitionProgress,
     RunMode,
@@ -46,9 +46,8 @@ from engage_sync.errors import ConfigError, SyncError
 from engage_sync.read import duckdb_turns, key_digest
 from engage_sync.read.extract import count_rows
 from engage_sync.read.null_cursors import count_skipped
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.lease import Lease, new_owner
-from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import open_run
 from engage_sync.run.windows import new_window, parent_window, window_before
 from engage_sync.state.store import StateStore
@@ -108,10 +107,10 @@ def partitions_to_run(asked: int, children: Sequence[str], parent_touched: bool)
     return 1 if parent_touched else asked
 
 
-def count_for(store: StateStore, integration: Integration, options: RunOptions) -> int:
-    """The partitions this start of `integration` runs (see `partitions_to_run`), with a log
-    line when an unfinished run decides it against what was asked."""
-    asked = options.partitions or integration.partitions
+def count_for(store: StateStore, plan: RunPlan) -> int:
+    """The partitions this start of the plan's integration runs (see `partitions_to_run`),
+    with a log line when an unfinished run decides it against what was asked."""
+    integration, options, asked = plan.integration, plan.options, plan.partitions
     run = store.unfinished_run(integration.name, options.mode, options.scope)
     if run is None:
         return asked
@@ -184,33 +183,32 @@ class _Partitions:
                 if k not in rows or rows[k]["job_status"] == "running"]
 
 
-def run_partitioned(path: str, integration: Integration, options: RunOptions,
-                    store: StateStore, engine: Engine, count: int, execute: Execute,
-                    clock: Callable[[], datetime], state_url: SecretStr | None = None,
+def run_partitioned(path: str, plan: RunPlan, store: StateStore, engine: Engine, count: int,
+                    execute: Execute, clock: Callable[[], datetime],
+                    state_url: SecretStr | None = None,
                     on_progress: Callable[[dict[str, int]], None] | None = None
                     ) -> dict[str, Any]:
     """Open (or resume) the parent run, run its unfinished partitions through `execute`, move
     the cursor as they settle, and finish the parent with their summed record. Raises
     ConfigError when the kind cannot be partitioned, PartitionStopped (the run left resumable)
     when a partition stopped early."""
-    name = integration.name
+    integration, options, name = plan.integration, plan.options, plan.name
     problem = partition_problem(integration, count)
     if problem is not None:
         raise ConfigError(f"integration {name}: {problem}", key="partitions")
     owner = new_owner()
     stored = key_digest.stored_cursor(store, integration)
     opened = open_run(store, name, options.mode, options.scope, True,
-                      lambda: new_window(integration, engine, store, options, stored, clock()),
-                      lambda: window_before(integration, engine, options), owner=owner,
+                      lambda: new_window(plan, engine, store, stored, clock()),
+                      lambda: window_before(plan, engine), owner=owner,
                       lease_seconds=integration.lease_seconds)
     window = parent_window(store.run(opened.run_id), opened.window.before)
     lease = Lease(store, opened.run_id, owner, integration.lease_seconds).start()
     parts = _Partitions(integration, store, options, opened.run_id, window, count, on_progress)
     try:
-        spec = source_spec(integration, kinds.kind_of(integration))
-        count_skipped(integration, engine, spec, store, opened.run_id)
+        count_skipped(integration, engine, plan.spec, store, opened.run_id)
         if on_progress is not None:  # one COUNT, for progress lines only
-            parts.window_rows = count_rows(engine, spec, window)
+            parts.window_rows = count_rows(engine, plan.spec, window)
         duckdb_turns.release(engine)  # before workers open the warehouse (one writer a file)
         read_only = integration.task_runner.separate_processes
         jobs = [PartitionJob(path, k, count, opened.run_id, options.mode, options.start,

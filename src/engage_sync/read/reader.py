@@ -26,19 +26,17 @@ from typing import Any
 import pyarrow as pa
 from sqlalchemy.engine import Engine
 
-from engage_sync.config import secrets
-from engage_sync.config.integration import Integration
 from engage_sync.cursor.null_keys import null_key_reasons, position_value
 from engage_sync.cursor.progress import REJECTED, Cursor, digest, encode_cursors, stamp
 from engage_sync.cursor.ties import Ties
 from engage_sync.cursor.window import Window
 from engage_sync.items import UNCHANGED, Item, RowOutcome, Unchanged
-from engage_sync.kinds import Kind
 from engage_sync.read.extract import stream_batches
 from engage_sync.read.merged_rows import MergedRows
 from engage_sync.read.newer_rows import newer_elsewhere
+from engage_sync.read.plan import RunPlan
 from engage_sync.read.sent_rows import SentRows
-from engage_sync.read.source_spec import LATER_ROWS, SourceSpec
+from engage_sync.read.source_spec import LATER_ROWS
 from engage_sync.state.row_errors import reject_position
 from engage_sync.state.store import StateStore
 
@@ -97,29 +95,6 @@ def key_values(sources: Sequence[RowBatch], seq: int) -> str | None:
     return None
 
 
-def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
-    """What to read: the cursor and key columns, then the columns the kind reads."""
-    cols = [*([integration.cursor_column] if integration.changes == "cursor" else []),
-            *integration.key_columns, *kind.columns(integration)]  # snapshot: no cursor
-    return SourceSpec(
-        integration=integration.name,
-        table=integration.source.table,
-        schema=integration.source.schema_name,
-        query=integration.source.query,
-        cursor_column=integration.cursor_column,
-        key_columns=integration.key_columns,
-        columns=tuple(dict.fromkeys(cols)),
-        reader=integration.warehouse.reader,
-        null_cursor_oldest=integration.null_cursor == "oldest",
-        digested=integration.hidden_key_columns,
-        partition_column=kind.partition_column(integration),
-        superseded_by=kind.superseded_by(integration),
-        merged=kind.merges(integration),
-        connect_args=secrets.connect_args(integration.warehouse.connect_args,
-                                          integration.name),
-    )
-
-
 @dataclass
 class Drops:
     """Rows a run does not send again.
@@ -145,11 +120,9 @@ class Drops:
 class Reader:
     """Reads one integration's window as `RowBatch`es in source order."""
 
-    def __init__(self, integration: Integration, kind: Kind, engine: Engine,
-                 state: StateStore, drops: Drops) -> None:
-        self.i, self.kind, self.engine, self.state = integration, kind, engine, state
-        self.spec = source_spec(integration, kind)
-        self.drops = drops
+    def __init__(self, plan: RunPlan, engine: Engine, state: StateStore, drops: Drops) -> None:
+        self.i, self.kind, self.spec = plan.integration, plan.kind, plan.spec
+        self.engine, self.state, self.drops = engine, state, drops
 
     def batches(self, window: Window, on_rejects: Callable[[Rejects], None] | None = None
                 ) -> Iterator[RowBatch]:

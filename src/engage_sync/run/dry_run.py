@@ -20,11 +20,9 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
-from engage_sync.config.integration import Integration
 from engage_sync.items import Item, Unchanged
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.loop import Deps, Run
-from engage_sync.run.options import RunOptions
 from engage_sync.run.scope import WholeRun
 from engage_sync.snapshot.predict import predict
 from engage_sync.state.store import StateStore
@@ -73,22 +71,23 @@ class DryRun:
                 **({"users": self.users} if self.users is not None else {})}
 
 
-def dry_run(integration: Integration, engine: Engine, state: StateStore,
+def dry_run(plan: RunPlan, engine: Engine, state: StateStore,
             clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-            options: RunOptions = RunOptions(dry_run=True), sample_size: int = 3) -> DryRun:
-    """Read, validate and batch the next window without sending or recording anything.
-    An irreversible kind (deletes) lists every object it would send (`sample`), not a sample."""
-    if integration.changes == "snapshot":  # counted by the warehouse, nothing made
-        p = predict(integration, engine)
+            sample_size: int = 3) -> DryRun:
+    """Read, validate and batch the next window of `plan` without sending or recording
+    anything. An irreversible kind (deletes) lists every object it would send (`sample`), not
+    a sample. A snapshot model is counted by the warehouse, nothing made."""
+    if plan.integration.changes == "snapshot":
+        p = predict(plan, engine)
         return DryRun(rows=p.new + p.changed + p.left, requests=p.requests, points=p.points,
                       users={"new": p.new, "changed": p.changed, "left": p.left,
                              "in_snapshot": p.held, "stops": p.refusal})
-    if kinds.kind_of(integration).irreversible:
+    if plan.kind.irreversible:
         sample_size = sys.maxsize
     with httpx.HTTPTransport() as transport:  # never used: nothing is sent
-        run = Run(integration, Deps(engine=engine, state=state, transport=transport, api_key="",
-                                    clock=clock), options, WholeRun())
-        packer = run.kind.packer(integration)
+        run = Run(plan, Deps(engine=engine, state=state, transport=transport, api_key="",
+                             clock=clock), WholeRun())
+        packer = plan.kind.packer(plan.integration)
         result = DryRun()
         run.stages.open()  # the diff folds a killed run's log: where, not what, is recorded
         try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from contextlib import closing, suppress
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,8 +31,6 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
-from engage_sync.config.integration import Integration
 from engage_sync.cursor.progress import Cursor, Progress, may_move_cursor
 from engage_sync.cursor.window import Window
 from engage_sync.deliver.deliverer import Deliverer, attempt_timeout
@@ -44,26 +42,24 @@ from engage_sync.errors import (
     StateUnavailable,
     SyncError,
 )
-from engage_sync.items import UNCHANGED, Item, RowOutcome
 from engage_sync.read.extract import count_rows
 from engage_sync.read.key_digest import stored_cursor
 from engage_sync.read.null_cursors import count_skipped
-from engage_sync.read.reader import Drops, Reader, RowBatch
+from engage_sync.read.plan import RunPlan
+from engage_sync.read.reader import Drops, Reader
 from engage_sync.read.sent_rows import SentRows, shared
+from engage_sync.run import ending
 from engage_sync.run.cutter import Cutter
 from engage_sync.run.lease import Lease, new_owner
-from engage_sync.run.options import RunOptions
 from engage_sync.run.resume import Opened, Skipper, open_run
+from engage_sync.run.rows import RowRouter
 from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop
 from engage_sync.run.stages import bind_run, stages_for
 from engage_sync.run.stop import StopRequest
 from engage_sync.run.windows import window_before
-from engage_sync.state.records import JournalEntry
-from engage_sync.state.retries import PARKED, WindowBounds
-from engage_sync.state.row_errors import IN_FLIGHT_AT_CRASH, crash_position
 from engage_sync.state.store import StateStore
-from engage_sync.status.record import job_message, job_status, record
+from engage_sync.status.record import record
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +70,7 @@ class Deps:
 
     engine: Engine
     state: StateStore
-    transport: httpx.BaseTransport  # the keep-alive pool to the service (wiring.http_transport)
+    transport: httpx.BaseTransport  # the keep-alive pool to the service (resources.http_transport)
     api_key: str
     budgets: RateBudgets = field(default_factory=RateBudgets)
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -82,28 +78,26 @@ class Deps:
     stop: StopRequest | None = None  # set to stop the run gracefully (SIGTERM), resumable
 
 
-def run_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions(),
-             scope: Scope | None = None) -> dict[str, Any]:
-    """Run (or resume) one sync over `scope` (the whole run by default, or one partition of a
-    partitioned run), and return its status record."""
-    if options.dry_run:
+def run_sync(plan: RunPlan, deps: Deps, scope: Scope | None = None) -> dict[str, Any]:
+    """Run (or resume) one sync of `plan` over `scope` (the whole run by default, or one
+    partition of a partitioned run), and return its status record."""
+    if plan.options.dry_run:
         raise ValueError("use dry_run() for a dry run")
-    return Run(integration, deps, options, scope or WholeRun()).execute()
+    return Run(plan, deps, scope or WholeRun()).execute()
 
 
 class Run:
-    """One run's parts, built once: its kind, scope, reader and stages."""
+    """One run's parts, built once from its plan: its scope, reader and stages."""
 
-    def __init__(self, integration: Integration, deps: Deps, options: RunOptions,
-                 scope: Scope) -> None:
-        self.i, self.deps, self.options, self.scope = integration, deps, options, scope
-        self.run_name = scope.run_name(integration.name)
-        self.kind = kinds.kind_of(integration)
-        self.resend_in_doubt = self.kind.resends_in_doubt(integration)  # decided once, here
-        self.lookback = integration.lookback if options.mode == "incremental" else None
-        self.stored: Cursor | None = stored_cursor(deps.state, integration)  # at the open
-        self.stages = stages_for(integration, self.kind, deps.state, options, scope.own_process)
-        self.reader = Reader(integration, self.kind, deps.engine, deps.state, self._drops())
+    def __init__(self, plan: RunPlan, deps: Deps, scope: Scope) -> None:
+        self.plan, self.deps, self.scope = plan, deps, scope
+        self.i, self.kind, self.options = plan.integration, plan.kind, plan.options
+        self.resend_in_doubt, self.lookback = plan.resend_in_doubt, plan.lookback
+        self.run_name = scope.run_name(plan.name)
+        self.stored: Cursor | None = stored_cursor(deps.state, self.i)  # at the open
+        self.stages = stages_for(plan, deps.state, scope.own_process)
+        drops = self._drops()
+        self.reader = Reader(plan, deps.engine, deps.state, drops)
         self.counts = {"read": 0, "requests": 0, "synced": 0, "failed": 0, "rejected": 0,
                        "in_doubt": 0, "unchanged": 0}
         self.run_id = ""
@@ -155,41 +149,19 @@ class Run:
             self._execute(opened)
             # KeyboardInterrupt, crashes: the run stays `running` so the next start resumes it
             self._keep_failed(opened.window)
-            counts = state.counts(self.run_id)
-            tally = (counts.synced, counts.failed, counts.rejected, counts.in_doubt,
-                     int(state.run(self.run_id).get("rows_unchanged") or 0))
-            state.finish_run(self.run_id, job_status(*tally),
-                             message=job_message(self.i.name, *tally), counts=counts)
+            ending.finish(state, self.run_id, self.i.name)
         except RunStopped as exc:
             lease.stop()  # no heartbeat may renew the lease released here
-            raise self._stopped(exc) from None
+            raise ending.stopped(state, self.run_id, self.owner, self.i.name, exc) from None
         except StateUnavailable as exc:
             lease.stop()
-            self._release_if_back(exc)
+            ending.release_if_back(state, self.run_id, self.owner, self.i.name, exc)
             raise
         finally:
             lease.stop()
             self.stages.stop()  # after the row is closed: a field helper's copy of the WAL
             # into the state file overlaps that (`diff.stage.Differ.stop`)
         return record(state.run(self.run_id))
-
-    def _release_if_back(self, exc: StateUnavailable) -> None:
-        """The state database was lost: if it answers again (a restart), release the lease with
-        the line, so the next run resumes at once on any host; else the lease runs out."""
-        with suppress(StateUnavailable):
-            self.deps.state.release_lease(self.run_id, self.owner,
-                                          message=f"integration {self.i.name}: {exc}")
-
-    def _stopped(self, exc: RunStopped) -> RunStopped:
-        """A stopped run stays `running`, its lease released, so that the next start resumes
-        it at once: the one line that says so."""
-        state = self.deps.state
-        run = state.run(self.run_id)
-        message = (f"integration {self.i.name}: {exc}: requests in flight were settled, no "
-                   f"more were sent ({run['requests_sent']} in all); run {run['seq']} is "
-                   "resumable and the next run of the integration resumes it")
-        state.release_lease(self.run_id, self.owner, message=message)
-        return RunStopped(message)
 
     def _execute(self, opened: Opened) -> None:
         try:
@@ -213,19 +185,18 @@ class Run:
         (settled before), packed (an item) or passed (a reject, or unchanged); full requests
         go to the send loop, which settles them."""
         window = opened.window
-        skipper = Skipper(opened.done, window.start)
         progress = Progress(window.start)
         loop = self._send_loop(progress)
         self.stages.open()
         cutter = Cutter(self.kind.packer(self.i), progress, loop.submit, window.start,
                         max((e.req_no for e in opened.done), default=0), bool(self.lookback))
+        router = RowRouter(self.stages, cutter, Skipper(opened.done, window.start),
+                           opened.crashed, self.counts, self._record_in_doubt)
         try:
             for rows in self.reader.batches(window, self._record_rejects):
                 if self.deps.stop is not None:
                     self.deps.stop.check()  # asked to stop: no new batch
-                settled = _settled_before(rows, skipper)
-                self._stage(rows.outcomes, settled)
-                self._take(rows, settled, cutter, opened.crashed)
+                router.route(rows)
                 unchanged, saved = self.stages.take_counts()
                 self.deps.state.add_saved_counts(self.run_id, unchanged + rows.superseded,
                                                  saved + rows.superseded_points)
@@ -239,65 +210,16 @@ class Run:
         finally:
             loop.close()
 
-    def _stage(self, outcomes: list[RowOutcome], settled: list[JournalEntry | None] | None
-               ) -> None:
-        """The stages see only the rows this attempt may send: a row an earlier attempt
-        settled is neither diffed nor counted again (the field diff would find its user's
-        acknowledged record and count it unchanged on top of synced)."""
-        if settled is None:
-            self.stages.batch(outcomes)
-            return
-        shown = [None if entry is not None else o
-                 for o, entry in zip(outcomes, settled, strict=True)]
-        self.stages.batch(shown)
-        for k, entry in enumerate(settled):
-            if entry is None:
-                outcomes[k] = shown[k]
-
-    def _take(self, rows: RowBatch, settled: list[JournalEntry | None] | None, cutter: Cutter,
-              crashed_requests: set[int]) -> None:
-        """One batch's rows, in order, to the cutter: skipped (`settled`: the entry an
-        earlier attempt settled of each row), packed or passed."""
-        crashed: list[tuple[str, str, str]] = []
-        for k, outcome in enumerate(rows.outcomes):
-            if outcome is None:
-                continue
-            entry = settled[k] if settled is not None else None
-            if entry is not None:  # settled by an earlier attempt: not sent again
-                if isinstance(outcome, Item):
-                    self.stages.skipped((outcome,))
-                    if entry.req_no in crashed_requests:
-                        crashed.append(_crash_error(rows.cursor(k), outcome.key))
-                cutter.skip(entry.start, tuple(entry.end))
-            elif outcome is UNCHANGED:  # a stage found nothing to send: read, passed
-                self.counts["read"] += 1
-                self.counts["unchanged"] += 1
-                cutter.passed(rows, k)
-            elif isinstance(outcome, Item):
-                self.counts["read"] += 1
-                cutter.add(rows, k, outcome)
-            else:
-                self.counts["read"] += 1
-                self.counts["rejected"] += 1
-                cutter.passed(rows, k)
-        if crashed:  # name the rows of requests in flight at a crash, once known
-            self.deps.state.record_errors(self.run_id, self.i.name, "in_doubt", crashed)
-
     def _keep_failed(self, window: Window) -> None:
-        """Keep the run's failed requests (in doubt too, under `resend`) for later runs to
-        send again first (`run/retries.py`), with one more try than this run's rows had."""
-        tries = self.scope.tries + 1
-        kept, state = self.deps.state.record_retries(
-            self.run_id, self.i.name, WindowBounds(window.floor, window.before, window.partition),
-            self.resend_in_doubt, tries, self.i.failed_row_tries)
-        if kept:
-            log.warning("integration %s: the rows of %d failed requests %s", self.i.name, kept,
-                        f"are parked after {tries} tries (engage-sync errors {self.i.name} "
-                        "names them)" if state == PARKED else
-                        "will be sent again first by the next run")
+        """Keep the run's failed requests for later runs, with one more try than this run's
+        rows had (`ending.keep_failed`)."""
+        ending.keep_failed(self.deps.state, self.plan, self.run_id, window, self.scope.tries + 1)
 
     def _record_rejects(self, rejects: list[tuple[str, str, str]]) -> None:
         self.deps.state.record_rejects(self.run_id, self.i.name, rejects)
+
+    def _record_in_doubt(self, errors: list[tuple[str, str, str]]) -> None:
+        self.deps.state.record_errors(self.run_id, self.i.name, "in_doubt", errors)
 
     def _send_loop(self, progress: Progress) -> SendLoop:
         service = self.i.service
@@ -331,11 +253,11 @@ class Run:
     # opening -------------------------------------------------------------------------------
     def new_window(self) -> Window:
         """The window of a new run of this scope (`Scope.new_window`)."""
-        return self.scope.new_window(self.i, self.deps.engine, self.deps.state, self.options,
-                                     self.stored, self.deps.clock(), self._before())
+        return self.scope.new_window(self.plan, self.deps.engine, self.deps.state, self.stored,
+                                     self.deps.clock(), self._before())
 
     def _before(self) -> Any:
-        return window_before(self.i, self.deps.engine, self.options)
+        return window_before(self.plan, self.deps.engine)
 
     def _check_delete_cap(self, window: Window) -> None:
         """An irreversible kind (deletes): refuse a run above `max_deletes` before sending
@@ -371,16 +293,3 @@ class Run:
             extra = {} if self.window_rows is None else {"window_rows": self.window_rows}
             self.deps.on_progress({**self.counts, **extra})
 
-
-def _crash_error(cursor: Cursor, key: str) -> tuple[str, str, str]:
-    return (crash_position(cursor), key, IN_FLIGHT_AT_CRASH)
-
-
-def _settled_before(rows: RowBatch, skipper: Skipper) -> list[JournalEntry | None] | None:
-    """The entry an earlier attempt settled of each row of the batch (None: not settled), or
-    None when no row of it was; the skipper is asked in source order, once a row."""
-    if not skipper:
-        return None
-    found = [skipper.settled(rows.cursor(k)) if o is not None and skipper else None
-             for k, o in enumerate(rows.outcomes)]
-    return found if any(e is not None for e in found) else None

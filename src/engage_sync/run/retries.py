@@ -33,12 +33,12 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import NOT_THE_RUNS_FAILURE, SyncError
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.loop import Deps, Run
-from engage_sync.run.options import RunOptions
 from engage_sync.state.retries import LANDED, RETRIED, Retry
 from engage_sync.state.store import StateStore
 
@@ -71,9 +71,8 @@ class RetryScope:
         run_id = state.finished_retry_run(run_name, self.retry)
         return None if run_id is None else state.run(run_id)
 
-    def new_window(self, integration: Integration, engine: Engine, state: StateStore,
-                   options: RunOptions, stored: Cursor | None, now: datetime,
-                   before: Any) -> Window:
+    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
+                   stored: Cursor | None, now: datetime, before: Any) -> Window:
         r = self.retry
         return Window(start=r.start, signpost=r.end[0], floor=r.floor, before=r.before,
                       partition=r.partition, until=r.end)
@@ -90,8 +89,9 @@ class RetryScope:
         state.release_lease(run_id, owner, message=str(error))
 
 
-def retry_failed_rows(integration: Integration, deps: Deps) -> list[dict[str, Any]]:
+def retry_failed_rows(plan: RunPlan, deps: Deps) -> list[dict[str, Any]]:
     """Send the integration's pending retries again, oldest first; their status records."""
+    integration, plan = plan.integration, plan.with_options(RunOptions(mode="retry"))
     pending = deps.state.pending_retries(integration.name)
     if pending and deps.state.has_live_run(integration.name):
         log.warning("integration %s: another process is running it; the rows of %d failed "
@@ -103,7 +103,7 @@ def retry_failed_rows(integration: Integration, deps: Deps) -> list[dict[str, An
     records: list[dict[str, Any]] = []
     for retry in pending:
         try:
-            record = Run(integration, deps, RunOptions(mode="retry"), RetryScope(retry)).execute()
+            record = Run(plan, deps, RetryScope(retry)).execute()
         except NOT_THE_RUNS_FAILURE:  # the state database lost too: the main run would not go
             raise
         except SyncError as exc:

@@ -20,10 +20,8 @@ import logging
 
 from sqlalchemy.engine import Engine
 
-from engage_sync.config.integration import Integration
 from engage_sync.errors import SchemaChanged
-from engage_sync.kinds import Kind
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import RunPlan
 from engage_sync.read.source_schema import (
     PAYLOAD_PREFIX,
     SchemaChanges,
@@ -36,11 +34,12 @@ from engage_sync.state.store import StateStore
 log = logging.getLogger(__name__)
 
 
-def guard_schema(integration: Integration, kind: Kind, engine: Engine, state: StateStore, *,
-                 accept: bool = False, record: bool = True) -> SchemaChanges:
+def guard_schema(plan: RunPlan, engine: Engine, state: StateStore, *, record: bool = True
+                 ) -> SchemaChanges:
     """Compare the source's schema with the last accepted one; raise SchemaChanged for a
-    retyped column or payload key unless `accept`; record the schema (unless not `record`)."""
-    spec = source_spec(integration, kind)
+    retyped column or payload key unless the run accepts it (`RunOptions.accept_schema`);
+    record the schema (unless not `record`)."""
+    integration, spec, accept = plan.integration, plan.spec, plan.options.accept_schema
     fmt = integration.payload_format if integration.section is None else None
     now = describe(engine, spec, fmt.payload_column if fmt is not None else None,
                    after=state.cursor(integration.name))

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Engine
 
-from engage_sync.config.integration import Integration
+from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, SyncError
-from engage_sync.run.options import RunOptions
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.windows import new_window
 from engage_sync.state.store import StateStore
 
@@ -65,9 +65,8 @@ class Scope(Protocol):
         """The run row of this scope if it ran to its end already, else None."""
         ...
 
-    def new_window(self, integration: Integration, engine: Engine, state: StateStore,
-                   options: RunOptions, stored: Cursor | None, now: datetime,
-                   before: Any) -> Window: ...
+    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
+                   stored: Cursor | None, now: datetime, before: Any) -> Window: ...
 
     def narrow(self, window: Window) -> Window:
         """The rows of the window this scope reads."""
@@ -99,10 +98,9 @@ class WholeRun:
     def finished(self, state: StateStore, run_name: str) -> dict[str, Any] | None:
         return None  # a finished run is history: the next start opens a new one
 
-    def new_window(self, integration: Integration, engine: Engine, state: StateStore,
-                   options: RunOptions, stored: Cursor | None, now: datetime,
-                   before: Any) -> Window:
-        return new_window(integration, engine, state, options, stored, now)
+    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
+                   stored: Cursor | None, now: datetime, before: Any) -> Window:
+        return new_window(plan, engine, state, stored, now)
 
     def narrow(self, window: Window) -> Window:
         return window

@@ -28,9 +28,8 @@ from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, RunRefused, SourceError
 from engage_sync.read.extract import connected, first_line, resolve_columns
-from engage_sync.read.reader import Reader, source_spec
+from engage_sync.read.plan import RunPlan, source_spec
 from engage_sync.run.loop import Deps, Run, run_sync
-from engage_sync.run.options import RunOptions
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.stage import Stages
 from engage_sync.snapshot import compare
@@ -40,23 +39,23 @@ from engage_sync.snapshot.layout import SEQ, Layout, layout_of
 from engage_sync.snapshot.stage import SnapshotStage
 from engage_sync.state.store import StateStore
 
-Sync = Callable[[Integration, Deps, RunOptions], dict[str, Any]]
+Sync = Callable[[RunPlan, Deps], dict[str, Any]]
 
 
-def sync_of(integration: Integration) -> Sync:
-    """How a run of this integration is made: by the snapshot, or by its cursor."""
-    return snapshot_sync if integration.changes == "snapshot" else run_sync
+def sync_of(plan: RunPlan) -> Sync:
+    """How a run of this plan is made: by the snapshot, or by its cursor."""
+    return snapshot_sync if plan.integration.changes == "snapshot" else run_sync
 
 
-def snapshot_sync(integration: Integration, deps: Deps, options: RunOptions = RunOptions()
-                  ) -> dict[str, Any]:
+def snapshot_sync(plan: RunPlan, deps: Deps) -> dict[str, Any]:
     """Run (or resume) one snapshot run and return its status record."""
+    options = plan.options
     if options.mode != "incremental" or options.dry_run:
         raise ConfigError(
-            f"integration {integration.name}: 'changes: snapshot' runs compare the whole "
+            f"integration {plan.name}: 'changes: snapshot' runs compare the whole "
             f"result each time, in mode incremental only (not '{options.mode}')",
             key="changes")
-    return SnapshotRun(integration, deps, options).execute()
+    return SnapshotRun(plan, deps).execute()
 
 
 def pending_integration(integration: Integration, layout: Layout) -> Integration:
@@ -77,9 +76,8 @@ class SnapshotScope(WholeRun):
     def __init__(self, prepare: Callable[[], None]) -> None:
         self.prepare = prepare
 
-    def new_window(self, integration: Integration, engine: Engine, state: StateStore,
-                   options: RunOptions, stored: Cursor | None, now: datetime,
-                   before: Any) -> Window:
+    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
+                   stored: Cursor | None, now: datetime, before: Any) -> Window:
         self.prepare()
         return Window(start=None, signpost=None)
 
@@ -87,18 +85,21 @@ class SnapshotScope(WholeRun):
 class SnapshotRun(Run):
     """The loop's run over the pending table (see the module's invariants)."""
 
-    def __init__(self, integration: Integration, deps: Deps, options: RunOptions) -> None:
-        self.model, self.layout = integration, layout_of(integration)
+    def __init__(self, plan: RunPlan, deps: Deps) -> None:
+        integration = plan.integration
+        self.model, self.model_spec = integration, plan.spec
+        self.layout = layout_of(integration)
         pending = pending_integration(integration, self.layout)
-        super().__init__(pending, deps, options, SnapshotScope(self.prepare))
-        self.kind = pending_kind(self.layout, integration.on_leave)
-        self.reader = Reader(pending, self.kind, deps.engine, deps.state, self._drops())
+        kind = pending_kind(self.layout, integration.on_leave)
+        pending_plan = RunPlan(pending, kind, source_spec(pending, kind), plan.options,
+                               resend_in_doubt=kinds.kind_of(pending).resends_in_doubt(pending))
+        super().__init__(pending_plan, deps, SnapshotScope(self.prepare))
         self.stages = Stages([SnapshotStage(integration.name, self.advance)])
 
     def prepare(self) -> None:
         """The model's result compared with the snapshot, in the warehouse: the pending
         table."""
-        spec = source_spec(self.model, kinds.kind_of(self.model))
+        spec = self.model_spec
         with connected(self.deps.engine, spec) as conn:
             resolved = resolve_columns(conn, spec)
             try:

@@ -25,8 +25,8 @@ from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.dry_run import dry_run
-from engage_sync.run.options import RunOptions
 from engage_sync.state.store import StateStore
 
 
@@ -39,15 +39,16 @@ class Reservation:
     points: int
 
 
-def reserve(integration: Integration, options: RunOptions, engine: Engine, state: StateStore,
+def reserve(plan: RunPlan, engine: Engine, state: StateStore,
             clock: Callable[[], datetime]) -> Reservation:
     """Predict and reserve the run's points, or raise ConfigError naming prediction and cap."""
+    integration, options = plan.integration, plan.options
     workspace, day = workspace_of(integration), clock().date().isoformat()
     per_run, per_day = integration.max_data_points, integration.max_data_points_per_day
     if per_run is None and per_day is None:
         return Reservation(workspace, day, 0)
-    predicted = dry_run(integration, engine, state, clock=clock,
-                        options=replace(options, dry_run=True)).points
+    predicted = dry_run(plan.with_options(replace(options, dry_run=True)), engine, state,
+                        clock=clock).points
     allowed = options.allow_points or 0
     if per_run is not None and predicted > max(per_run, allowed):
         raise _refused(integration, predicted, f"max_data_points ({per_run:,})", "max_data_points")

@@ -13,28 +13,27 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from engage_sync.config.integration import Integration
 from engage_sync.diff.helper import helper_after
 from engage_sync.diff.stage import diff_stage
-from engage_sync.kinds import Kind
-from engage_sync.run.options import RunOptions
+from engage_sync.read.plan import RunPlan
 from engage_sync.run.stage import Stage, Stages
 from engage_sync.run.trace_stage import bind, trace_stages
 from engage_sync.state.store import StateStore
 
 
-def stages_for(integration: Integration, kind: Kind, state: StateStore, options: RunOptions,
-               own_process: bool, environ: Mapping[str, str] = os.environ) -> Stages:
+def stages_for(plan: RunPlan, state: StateStore, own_process: bool,
+               environ: Mapping[str, str] = os.environ) -> Stages:
     """The run's stages; raises ConfigError for a bad ENGAGE_SYNC_FIELD_HELPER_AFTER in
     `environ`, dry runs included (the setting is checked where it is read)."""
     stages: list[Stage] = []
-    if kind.diffs(integration):
+    options = plan.options
+    if plan.kind.diffs(plan.integration):
         after = helper_after(environ)
         stages.append(diff_stage(
-            integration.name, state, refresh=options.send_whole,
+            plan.name, state, refresh=options.send_whole,
             helper_after=after if own_process and not options.dry_run else None))
-    if integration.trace and not options.dry_run:  # first and last: sees the diff's work
-        first, last = trace_stages(integration.name, state)
+    if plan.integration.trace and not options.dry_run:  # first and last: sees the diff's work
+        first, last = trace_stages(plan.name, state)
         stages = [first, *stages, last]
     return Stages(stages)
 

@@ -31,7 +31,7 @@ from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError
 from engage_sync.kinds import kind_of
 from engage_sync.read.array_lengths import longest
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import RunPlan
 from engage_sync.read.source_schema import PAYLOAD_PREFIX
 from engage_sync.state.store import StateStore
 
@@ -50,10 +50,11 @@ _FITS: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_types(integration: Integration, answer: httpx.Response | None, state: StateStore,
+def check_types(plan: RunPlan, answer: httpx.Response | None, state: StateStore,
                 transport: httpx.BaseTransport, api_key: str, engine: Engine) -> None:
     """Raise ConfigError when a sent attribute's source type cannot be its `data_type`, or the
     attribute is blocklisted; warn once on a 403; return otherwise."""
+    integration = plan.integration
     if integration.attribute_types == "off" or answer is None:
         return
     if answer.status_code == 403:
@@ -66,7 +67,7 @@ def check_types(integration: Integration, answer: httpx.Response | None, state: 
     defined = definitions(answer, transport, api_key, set(sent), integration)
     problems = [p for name, (column, have) in sent.items()
                 if name in defined and (p := problem(name, column, have, defined[name]))]
-    problems += too_long(integration, engine, sent, defined) if not problems else []
+    problems += too_long(plan, engine, sent, defined) if not problems else []
     if problems:
         raise ConfigError(
             f"integration {integration.name}: the workspace's attributes do not take what the "
@@ -104,16 +105,16 @@ def problem(name: str, column: str, have: str, definition: dict[str, Any]) -> st
     return f"attribute {name!r} is {want} in the workspace, but column {column} is {have}"
 
 
-def too_long(integration: Integration, engine: Engine, sent: dict[str, tuple[str, str]],
+def too_long(plan: RunPlan, engine: Engine, sent: dict[str, tuple[str, str]],
              defined: dict[str, dict[str, Any]]) -> list[str]:
     """Mapped array columns holding more items than their attribute's `array_length`."""
+    integration = plan.integration
     bounded = {name: (column, int(defined[name]["array_length"])) for name, (column, _) in
                sent.items() if integration.mapping is not None and name in defined
                and defined[name].get("array_length") is not None}
     if not bounded:
         return []
-    spec = source_spec(integration, kind_of(integration))
-    most = longest(engine, spec, sorted({column for column, _ in bounded.values()}))
+    most = longest(engine, plan.spec, sorted({column for column, _ in bounded.values()}))
     return [f"attribute {name!r} holds at most {limit} items in the workspace, but column "
             f"{column} ({sent[name][1]}) holds an array of {most[column]}"
             for name, (column, limit) in bounded.items() if most.get(column, 0) > limit]

@@ -11,39 +11,34 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
-from engage_sync.config.integration import Integration
 from engage_sync.cursor.progress import Cursor, decode_cursor, stamp
 from engage_sync.cursor.window import Window, align, backfill_window, incremental_window
 from engage_sync.read.extract import sample_cursor
-from engage_sync.read.reader import source_spec
-from engage_sync.run.options import RunOptions
+from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 
 
-def new_window(integration: Integration, engine: Engine, state: StateStore, options: RunOptions,
-               stored: Cursor | None, now: datetime) -> Window:
+def new_window(plan: RunPlan, engine: Engine, state: StateStore, stored: Cursor | None,
+               now: datetime) -> Window:
     """The window of a new run: a backfill's range, or from the stored cursor (none for a full
     resync) to the signpost. With lookback, acks below the re-read period are pruned."""
-    spec, lag = source_spec(integration, kinds.kind_of(integration)), integration.settle_lag
-    sample = sample_cursor(engine, spec)
+    options, lag = plan.options, plan.integration.settle_lag
+    sample = sample_cursor(engine, plan.spec)
     if options.mode == "backfill":
         return backfill_window(options.start, options.end, now, lag, sample)
-    lookback = integration.lookback if options.mode == "incremental" else None
     window = incremental_window(None if options.mode == "full_resync" else stored, now, lag,
-                                lookback, sample)
+                                plan.lookback, sample)
     if window.floor is not None:  # lookback: acks below the re-read period are not needed
-        state.prune_acks(integration.name, stamp(window.floor))
+        state.prune_acks(plan.name, stamp(window.floor))
     return window
 
 
-def window_before(integration: Integration, engine: Engine, options: RunOptions) -> Any:
+def window_before(plan: RunPlan, engine: Engine) -> Any:
     """A resumed backfill's exclusive end, in the source's cursor type."""
-    end = options.end if options.mode == "backfill" else None
+    end = plan.options.end if plan.options.mode == "backfill" else None
     if end is None:
         return None
-    return align(end, sample_cursor(engine, source_spec(integration,
-                                                        kinds.kind_of(integration))))
+    return align(end, sample_cursor(engine, plan.spec))
 
 
 def parent_window(run: dict[str, Any], before: Any) -> Window:

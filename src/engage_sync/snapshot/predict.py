@@ -13,12 +13,10 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from engage_sync import kinds
-from engage_sync.config.integration import Integration
 from engage_sync.config.snapshot import leave_cap
 from engage_sync.errors import SourceError
 from engage_sync.read.extract import connected, first_line, resolve_columns
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import RunPlan
 from engage_sync.snapshot.compare import empty_snapshot, pending_select
 from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, layout_of
 
@@ -37,9 +35,10 @@ class Prediction:
     """Why the run would stop before any request (`max_leaves`), or None."""
 
 
-def predict(integration: Integration, engine: Engine) -> Prediction:
+def predict(plan: RunPlan, engine: Engine) -> Prediction:
+    """What a snapshot run of `plan` would send, counted by the warehouse, nothing made."""
+    integration, spec = plan.integration, plan.spec
     layout = layout_of(integration)
-    spec = source_spec(integration, kinds.kind_of(integration))
     on_leave = integration.on_leave
     try:
         with connected(engine, spec) as conn:

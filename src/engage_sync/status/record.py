@@ -195,6 +195,17 @@ def run_errors(store: StateStore, run_id: str, limit: int = 1000) -> list[dict[s
     return [{**r, "row_key": shown_key(r["row_key"])} for r in rows]
 
 
+def flag_alert(store: StateStore, record: dict[str, Any], threshold: float | None
+               ) -> str | None:
+    """Why the finished run needs attention (`alert_reason`), also written as its record's
+    message when it has none, in the state and in `record`."""
+    reason = alert_reason(record, threshold)
+    if reason and not record.get("message") and "run_id" in record:
+        store.set_message(record["run_id"], reason)
+        record["message"] = reason
+    return reason
+
+
 def alert_reason(record: dict[str, Any], threshold: float | None) -> str | None:
     """Why a finished run needs a person's attention, or None: it ended in error or
     config_error, or the share of failed rows passed `threshold`

@@ -25,7 +25,6 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from engage_sync import kinds
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.config.writeback import OUTCOMES_TABLE
@@ -33,7 +32,7 @@ from engage_sync.cursor.null_keys import NULL_KEY
 from engage_sync.read import duckdb_turns
 from engage_sync.read.extract import resolve_columns
 from engage_sync.read.key_digest import stored_cursor
-from engage_sync.read.reader import source_spec
+from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import record
 from engage_sync.writeback import tables
@@ -41,11 +40,11 @@ from engage_sync.writeback import tables
 log = logging.getLogger("engage_sync.writeback")
 
 
-def write_back(integration: Integration, store: StateStore, finished_since: datetime
-               ) -> str | None:
-    """Write back the integration's runs that ended since `finished_since` and those left
-    pending by earlier runs; never raises. Returns the error, or None when all were written
-    (or write-back is off)."""
+def write_back(plan: RunPlan, store: StateStore, finished_since: datetime) -> str | None:
+    """Write back the plan's integration's runs that ended since `finished_since` and those
+    left pending by earlier runs; never raises. Returns the error, or None when all were
+    written (or write-back is off)."""
+    integration = plan.integration
     if integration.writeback is None:
         return None
     try:
@@ -60,14 +59,14 @@ def write_back(integration: Integration, store: StateStore, finished_since: date
     except Exception as exc:
         return _failed(integration, store, run_ids, exc)
     try:
-        return _write_runs(integration, store, engine, run_ids)
+        return _write_runs(plan, store, engine, run_ids)
     finally:
         duckdb_turns.release(engine)
 
 
-def _write_runs(integration: Integration, store: StateStore, engine: Engine,
-                run_ids: list[str]) -> str | None:
-    keys = key_names(integration, engine)
+def _write_runs(plan: RunPlan, store: StateStore, engine: Engine, run_ids: list[str]
+                ) -> str | None:
+    integration, keys = plan.integration, key_names(plan, engine)
     for n, run_id in enumerate(run_ids):
         try:
             _write_run(engine, integration, store, run_id, keys)
@@ -77,14 +76,15 @@ def _write_runs(integration: Integration, store: StateStore, engine: Engine,
     return None
 
 
-def key_names(integration: Integration, target: Engine) -> tuple[str, ...]:
+def key_names(plan: RunPlan, target: Engine) -> tuple[str, ...]:
     """The key columns as the source spells them (so a quoted name is the source's own
     identifier in every dialect); as declared when the source cannot be asked."""
+    integration = plan.integration
     declared = tuple(integration.key_columns)
     assert integration.writeback is not None
     engine = target
     try:
-        spec = replace(source_spec(integration, kinds.kind_of(integration)), columns=declared)
+        spec = replace(plan.spec, columns=declared)
         if integration.writeback.url is not None:
             engine = target_engine(integration, source=True)
         with engine.connect() as conn:

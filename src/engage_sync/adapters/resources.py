@@ -1,0 +1,156 @@
+"""The shared resources a run uses, opened in one place: the state store, the warehouse's
+engine, and the link to the service (the HTTP transport, the API key, the rate budgets).
+
+Invariants: each is made here from the run's plan and this process's environment (or
+Prefect's Secret blocks, handed in), once per run, and closed by whoever opened it; no
+module-level engine or client. A setting that cannot be used is a ConfigError naming its key,
+never its value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from pydantic import SecretStr
+
+from engage_sync.adapters.budgets import budgets_for
+from engage_sync.config import secrets
+from engage_sync.config.integration import Integration
+from engage_sync.deliver.key_check import check_key
+from engage_sync.deliver.lean_transport import LeanTransport
+from engage_sync.deliver.proxies import proxy_for
+from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.errors import ConfigError
+from engage_sync.read import duckdb_turns, key_digest
+from engage_sync.state.store import StateStore
+
+DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
+DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL
+
+SecretBlocks = Callable[[str, str], str]
+"""(integration, block name) → the value of that Prefect Secret block; given only by the
+paths that run Prefect (`adapters/secret_blocks.py`)."""
+
+
+def state_url(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("ENGAGE_SYNC_STATE_URL") or DEFAULT_STATE_URL
+
+
+def open_state(url: str | None = None) -> StateStore:
+    url = state_url(url)
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # relative or absolute
+    return StateStore.from_url(url)
+
+
+def portable_url(store: StateStore) -> SecretStr:
+    """The store's URL for partitions in other threads or processes (a SQLite path made
+    absolute), kept secret: it may hold a password."""
+    url = store.engine.url
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        url = url.set(database=str(Path(url.database).resolve()))
+    return SecretStr(url.render_as_string(hide_password=False))
+
+
+def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.Engine:
+    """The warehouse's engine; `read_only` opens a DuckDB file read-only, so that several
+    processes (the workers of a partitioned run) may read it at once."""
+    url = secrets.expand(integration.warehouse.url, integration=integration.name,
+                         key="warehouse.url")
+    connect_args = secrets.connect_args(integration.warehouse.connect_args, integration.name)
+    try:
+        duckdb = url.startswith("duckdb:")
+        if read_only and duckdb:
+            connect_args["read_only"] = True
+        engine = sa.create_engine(url, **({"connect_args": connect_args} if connect_args else {}))
+        if duckdb:
+            duckdb_turns.take_turns(engine, integration.warehouse.lock_wait_seconds)
+        if duckdb and "memory_limit" not in url:
+            # DuckDB sorts a window (or each slice of a large one, `duckdb_slices`) before
+            # its first batch; a memory limit makes it spill to disk instead, which keeps
+            # the sync's memory flat with the row count.
+            # SET (not connect-time config) so other connections to the file stay compatible.
+            sa.event.listen(engine, "connect", _limit_duckdb_memory)
+        if engine.dialect.name == "sqlite":  # digests of payload key columns (key_digest)
+            sa.event.listen(engine, "connect", key_digest.sqlite_md5)
+        return engine
+    except Exception as exc:
+        raise ConfigError(
+            f"integration {integration.name}: cannot use warehouse URL "
+            f"{secrets.redact_url(url)}: {exc}", key="warehouse.url") from exc
+
+
+def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+
+
+@dataclass(frozen=True)
+class ServiceLink:
+    """What a run sends through: the transport, the key, the budgets; and the key check's
+    answer (the workspace's attribute definitions, read by the type check), when checked."""
+
+    transport: httpx.BaseTransport
+    api_key: str
+    budgets: RateBudgets
+    answer: httpx.Response | None = None
+
+
+@contextmanager
+def service_link(integration: Integration, budgets: RateBudgets | None = None,
+                 blocks: SecretBlocks | None = None, *, check: bool = False
+                 ) -> Iterator[ServiceLink]:
+    """The key (`service_key`), the budgets (`budgets_for`, this process's `budgets` shared)
+    and the transport, in that order: the first that cannot be had raises; the transport is
+    closed on exit. With `check`, the service is asked first whether it accepts the key
+    (`key_check`: once a run, before it reads)."""
+    key = service_key(integration, blocks)
+    run_budgets = budgets_for(integration, budgets)
+    with http_transport(integration) as transport:
+        answer = check_key(transport, integration.service, key, integration.name) \
+            if check else None
+        yield ServiceLink(transport, key, run_budgets, answer)
+
+
+def http_transport(integration: Integration) -> httpx.BaseTransport:
+    """The keep-alive pool a run sends through (`deliver.Deliverer`): one connection per request
+    in flight, through the proxy the environment names for the service's URL, by the standard
+    library's rules (`proxies.proxy_for`). A proxy httpx cannot use is a ConfigError
+    that shows it with its password hidden."""
+    s = integration.service
+    in_flight = s.max_in_flight
+    proxy = proxy_for(s.base_url)
+    if proxy is None:
+        return LeanTransport(max_idle=in_flight)
+    try:
+        return httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),
+            proxy=proxy)
+    except (ValueError, httpx.InvalidURL):
+        raise ConfigError(
+            f"integration {integration.name}: the proxy the environment names for "
+            f"{secrets.redact_url(s.base_url)} is not a proxy URL "
+            f"({secrets.redact_url(proxy or '')}); check HTTPS_PROXY, HTTP_PROXY and ALL_PROXY",
+            key="service.base_url") from None
+
+
+def service_key(integration: Integration, blocks: SecretBlocks | None = None) -> str:
+    """The API key: from the Prefect Secret block `service.api_key_block` names, else from
+    the variable `service.api_key_env` names. A block without Prefect is a ConfigError."""
+    name = integration.service.api_key_block
+    if name is None:
+        return secrets.api_key(integration.name, integration.service.api_key_env)
+    if blocks is None:
+        raise ConfigError(
+            f"integration {integration.name}: the API key is in the Prefect Secret block "
+            f"{name!r} ('service.api_key_block'), which only runs with Prefect read; run the "
+            "integration as a flow (without --no-prefect), or name an environment variable "
+            "in 'service.api_key_env' instead", key="service.api_key_block")
+    return blocks(integration.name, name)

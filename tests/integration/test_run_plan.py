@@ -1,0 +1,74 @@
+"""A run is prepared once: its file is read, its kind resolved and its source spec built once,
+and every stage takes the plan instead of deriving them again (`read/plan.py`).
+
+A partitioned run prepares once in the coordinator and once in each partition: a partition
+may run in another process (a Dask worker), which gets descriptors only, never objects, so it
+reads the file and prepares its own plan, whether it runs there or in a thread."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engage_sync import kinds
+from engage_sync.adapters import wiring
+from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.run_options import RunOptions
+from engage_sync.read import plan
+from engage_sync.state.store import StateStore
+from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How often the run reads its file, resolves its kind and builds its source spec."""
+    counted: Counter[str] = Counter()
+
+    def counting(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            counted[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(kinds, "kind_of", counting("kind", kinds.kind_of))
+    monkeypatch.setattr(plan, "source_spec", counting("spec", plan.source_spec))
+    monkeypatch.setattr(wiring, "load_integration", counting("file", wiring.load_integration))
+    return counted
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+@pytest.mark.parametrize("mode", ["incremental", "full_resync"])
+def test_a_run_resolves_its_kind_and_source_spec_once(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    calls: Counter[str], mode: str,
+) -> None:
+    path = table_integration(warehouse, service, tmp_path, "events", event_rows(120),
+                             writeback={})
+    record = sync_file(path, options=RunOptions(mode=mode), store=state).record  # type: ignore[arg-type]
+    assert record is not None and record["rows_synced"] == 120, record
+    assert calls == {"file": 1, "kind": 1, "spec": 1}
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_dry_run_resolves_them_once_too(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    calls: Counter[str],
+) -> None:
+    path = table_integration(warehouse, service, tmp_path, "events", event_rows(30))
+    outcome = sync_file(path, options=RunOptions(dry_run=True), store=state)
+    assert outcome.dry_run is not None and outcome.dry_run.rows == 30
+    assert calls == {"file": 1, "kind": 1, "spec": 1}
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_partitioned_run_prepares_once_and_once_in_each_partition(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    calls: Counter[str],
+) -> None:
+    path = table_integration(warehouse, service, tmp_path, "events", event_rows(200))
+    record = sync_file(path, options=RunOptions(partitions=2), store=state).record
+    assert record is not None and record["rows_synced"] == 200, record
+    assert calls == {"file": 3, "kind": 3, "spec": 3}  # the coordinator, then 2 partitions
