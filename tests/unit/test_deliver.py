@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from engage_sync.deliver.deliverer import DEFAULT_TIMEOUT, Deliverer
-from engage_sync.deliver.ratelimit import CLOCK_SKEW, RateBudgets
+from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.deliver.service_windows import CLOCK_SKEW
 from engage_sync.items import Item
 from engage_sync.pack.request import Request
 from tests.fakes import EPOCH, FakeClock
