@@ -7,7 +7,7 @@ service's /users/track limit of 3,000 requests per 3 s unless --no-rate-limits),
 `engage-sync run FILE --no-prefect` on a DuckDB warehouse of N attribute rows (built once in
 the work folder, then reused), each run its own
 process with a fresh state database, alternating the two transports `--runs` times. The run's
-process is a small runner (`--child`) that replaces `adapters.wiring.http_transport` by one
+process is a small runner (`--child`) that replaces `adapters.resources.http_transport` by one
 that builds the transport asked for (httpx's as the wiring builds it for a proxied URL: one
 connection per request in flight), then calls the CLI; TLS trusts the certificate through
 SSL_CERT_FILE, as a user's own CA would be trusted. Round k of both transports starts at the
@@ -110,7 +110,7 @@ def start_sandbox(scheme: str, cert: Path, key: Path, rate_limits: bool, log: Pa
 def child_main(transport: str, integration: str) -> int:
     """Runs in the run's process: `engage-sync run FILE --no-prefect` with the transport forced,
     then one JSON line naming the transports the run built."""
-    from engage_sync.adapters import wiring
+    from engage_sync.adapters import resources
     from engage_sync.cli.main import main as cli
     from engage_sync.deliver.lean_transport import LeanTransport
 
@@ -127,7 +127,7 @@ def child_main(transport: str, integration: str) -> int:
         built.append(type(chosen).__name__)
         return chosen
 
-    wiring.http_transport = forced
+    resources.http_transport = forced
     code = cli(["run", integration, "--no-prefect"])
     print(json.dumps({"code": code, "built": built}), flush=True)
     return int(code)

@@ -95,7 +95,8 @@ WAITS = ("SyncStream.read (httpcore", "Condition.wait (threading", "Event.wait (
 STAGES = (
     ("journal", ("engage_sync/state/",)),
     ("diff", ("engage_sync/diff/",)),
-    ("send", ("engage_sync/deliver/", "httpx/", "httpcore/", "engage_sync/run/send_loop.py")),
+    ("send", ("engage_sync/deliver/", "httpx/", "httpcore/", "engage_sync/run/send_loop.py",
+              "engage_sync/run/exact_journal.py", "engage_sync/run/grouped_journal.py")),
     ("pack", ("engage_sync/pack/", "engage_sync/kinds/track_packer.py",
               "engage_sync/run/cutter.py")),
     ("transform", ("engage_sync/kinds/",)),

@@ -130,7 +130,7 @@ def test_a_backfill_reads_single_and_merged_entries_a_few_at_a_time(
 
 def test_a_run_compacted_while_it_sends_keeps_a_pending_entry_and_merges_nothing_twice(
         state_both: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The idle work of a run the rate budget holds (`SendLoop._idle`): requests 1-20 settled,
+    """The idle work of a run the rate budget holds (`ExactSendLoop._idle`): requests 1-20 settled,
     21 still in flight. 1-20 merge, 21 stays pending, as the journal must name it after a
     kill; at the end 21-40 merge into a second entry, and the first is not read again."""
     monkeypatch.setattr(journal_module, "MERGED_ITEMS", ITEMS)  # more than one request's

@@ -151,11 +151,14 @@ def test_architecture_names_every_module_and_only_modules_that_exist() -> None:
 
 
 def test_modules_and_functions_stay_small_and_the_loop_simple() -> None:
-    """No module over 400 lines, no function over 50; the loop's McCabe complexity at most 9
-    (ruff's C901), so features plug in as stages instead of branching in it."""
+    """No module over 400 lines, and none over 300 in the run's core (`run/`, `deliver/`,
+    `adapters/`), the folders a newcomer reads first; no function over 50; the loop's McCabe
+    complexity at most 9 (ruff's C901), so features plug in as stages instead of branching."""
+    core = ("engage_sync/run/", "engage_sync/deliver/", "engage_sync/adapters/")
     for module in _modules():
         source = (ROOT / "src" / module).read_text()
-        assert len(source.splitlines()) <= 400, module
+        limit = 300 if module.startswith(core) else 400
+        assert len(source.splitlines()) <= limit, f"{module}: over {limit} lines"
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 assert node.end_lineno is not None

@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from engage_sync.deliver.deliverer import DEFAULT_TIMEOUT, Deliverer
-from engage_sync.deliver.ratelimit import CLOCK_SKEW, RateBudgets
+from engage_sync.deliver.ratelimit import RateBudgets
+from engage_sync.deliver.service_windows import CLOCK_SKEW
 from engage_sync.items import Item
 from engage_sync.pack.request import Request
 from tests.fakes import EPOCH, FakeClock
@@ -363,7 +364,7 @@ def test_an_answer_cut_off_mid_body_is_in_doubt_and_its_connection_released() ->
 
 
 def test_budget_holds_while_a_send_waits_for_its_rate_budget() -> None:
-    """What the send loop asks before it packs ahead (`SendLoop._packs_ahead`)."""
+    """What the send loop asks before it packs ahead (`ExactSendLoop._packs_ahead`)."""
     clock = FakeClock(start=0.0)
     seen: list[bool] = []
     budgets = RateBudgets(clock=clock.monotonic, wall=clock.time,

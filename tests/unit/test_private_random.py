@@ -11,7 +11,7 @@ import random
 from tenacity import RetryCallState, Retrying
 
 from engage_sync import cpu_affinity, cpu_watch
-from engage_sync.deliver.deliverer import Jitter
+from engage_sync.deliver.retry_policy import Jitter
 
 
 def _unmoved(draw: object) -> None:

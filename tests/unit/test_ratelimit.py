@@ -9,14 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engage_sync.deliver.ratelimit import (
-    CLOCK_SKEW,
-    EDGE_MARGIN,
-    RateBudget,
-    RateBudgets,
-    parse_reset,
-    parse_retry_after,
-)
+from engage_sync.deliver.rate_headers import parse_reset, parse_retry_after
+from engage_sync.deliver.ratelimit import RateBudget, RateBudgets
+from engage_sync.deliver.service_windows import CLOCK_SKEW, EDGE_MARGIN
 from tests.fakes import EPOCH, FakeClock
 
 

@@ -11,14 +11,18 @@ from typing import Any
 
 import pytest
 
+from engage_sync import kinds
 from engage_sync.cursor.progress import Cursor, Progress
 from engage_sync.deliver.classify import Outcome
 from engage_sync.deliver.deliverer import Delivery
 from engage_sync.items import Item
 from engage_sync.pack.batching import Batch
 from engage_sync.pack.request import Request
-from engage_sync.run import send_loop
-from engage_sync.run.send_loop import SETTLE_WAIT, FatalStop, Outgoing, RunContext, SendLoop
+from engage_sync.run import exact_journal
+from engage_sync.run.exact_journal import SETTLE_WAIT, ExactSendLoop
+from engage_sync.run.grouped_journal import GroupedSendLoop
+from engage_sync.run.journaling import send_loop_for
+from engage_sync.run.send_loop import FatalStop, Outgoing, RunContext, SendLoop
 from engage_sync.state.records import JournalEntry, Settlement
 
 
@@ -119,7 +123,7 @@ def loop(state: FakeState, deliverer: FakeDeliverer, group: bool = False,
                      may_move_cursor=lambda _: True, counts=counts, report=lambda: None,
                      on_settled=on_settled,
                      budget_holds=holds.is_set if holds is not None else bool, idle=idle)
-    sender = SendLoop(ctx, Progress(None))
+    sender = send_loop_for(ctx, Progress(None))
     if admit is not None:
         sender.admit = admit
     state.sender = sender
@@ -209,7 +213,7 @@ def test_with_room_for_one_request_one_leaves_at_once() -> None:
 def test_room_for_a_group_is_waited_for_only_when_requests_end_close_together(
         monkeypatch: pytest.MonkeyPatch, spacing: float | None, r2_after: float,
         groups: list[int]) -> None:
-    monkeypatch.setattr(send_loop, "ADMIT_WAIT", 0.3)
+    monkeypatch.setattr(exact_journal, "ADMIT_WAIT", 0.3)
     state = FakeState()
     deliverer = FakeDeliverer(state)
     sender, _ = loop(state, deliverer, in_flight=4)
@@ -455,7 +459,7 @@ def test_while_the_rate_budget_holds_an_exact_journal_packs_ahead_unjournaled() 
 
 
 def test_packing_ahead_stops_at_AHEAD_queued(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(send_loop, "AHEAD", 6)
+    monkeypatch.setattr(exact_journal, "AHEAD", 6)
     state, deliverer, gate, holds = _held(range(1, 5))
     holds.set()
     sender, _ = loop(state, deliverer, in_flight=4, holds=holds)
@@ -507,8 +511,8 @@ def test_an_acknowledged_request_is_settled_within_the_settle_wait_while_packing
 
 def test_idle_work_is_done_while_the_budget_holds_a_full_queue_once_per_IDLE_EVERY(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(send_loop, "AHEAD", 2)
-    monkeypatch.setattr(send_loop, "IDLE_EVERY", 3)
+    monkeypatch.setattr(exact_journal, "AHEAD", 2)
+    monkeypatch.setattr(exact_journal, "IDLE_EVERY", 3)
     state, deliverer, gate, holds = _held(range(7, 11))
     idled = threading.Event()
     calls: list[int] = []
@@ -537,8 +541,8 @@ def test_idle_work_that_fails_is_logged_and_the_run_goes_on(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Housekeeping (the journal compacted early) is redone at the run's end: its failure
     costs the run nothing; what was acknowledged is settled before it starts."""
-    monkeypatch.setattr(send_loop, "AHEAD", 2)
-    monkeypatch.setattr(send_loop, "IDLE_EVERY", 1)
+    monkeypatch.setattr(exact_journal, "AHEAD", 2)
+    monkeypatch.setattr(exact_journal, "IDLE_EVERY", 1)
     state, deliverer, gate, holds = _held(range(3, 7))
     unsaved_at_idle: list[int] = []
 
@@ -562,3 +566,29 @@ def test_idle_work_that_fails_is_logged_and_the_run_goes_on(
     assert unsaved_at_idle[0] == 0 and "the idle work failed" in caplog.text
     assert deliverer.sent == [f"r{k}" for k in range(1, 9)]
     assert sorted(n for _, n in state.settled) == list(range(1, 9))
+
+
+@pytest.mark.parametrize("name", kinds.names())
+def test_the_journaling_is_chosen_once_from_the_kind(name: str) -> None:
+    """Attributes (the kind that groups its commits) get the grouped journal, whose entries
+    name no items; every other kind the exact journal, whose entries name each item. The class
+    is the mode: nothing in the loop asks again."""
+    kind = kinds.get(name)
+    state = FakeState()
+    ctx = RunContext(run_id="run", integration=name, state=state,  # type: ignore[arg-type]
+                     deliverer=FakeDeliverer(state),  # type: ignore[arg-type]
+                     max_in_flight=4, group_commits=kind.group_commits,
+                     resend_in_doubt=False, bulk=False, may_move_cursor=lambda _: True,
+                     counts={"requests": 0, "synced": 0, "failed": 0, "in_doubt": 0},
+                     report=lambda: None)
+    sender = send_loop_for(ctx, Progress(None))
+    expected = GroupedSendLoop if name == "attributes" else ExactSendLoop
+    assert type(sender) is expected
+    assert kind.group_commits == (name == "attributes")
+    first = segment(1, "u1")
+    sender.submit(first, 1)
+    sender.drain()
+    sender.close()
+    assert first.entry is not None
+    assert (first.entry.keys is None) == (expected is GroupedSendLoop)
+    assert sorted(state.journaled) == [1]

@@ -4,7 +4,7 @@ A store call that fails with one of the store's connection errors is tried again
 growing from 0.1 s to 1 s, until the pauses would pass `deadline` (STORE_DEADLINE, 5 s): a
 store restarting (Redis in well under a second, PostgreSQL in one or two) is waited for, the
 run pausing with one warning line, through tenacity as every retry of engage-sync
-(`deliver.deliverer` owns the service's). A store still gone then stops the run with
+(`deliver.retry_policy` owns the service's). A store still gone then stops the run with
 RateBudgetUnavailable, which names the backend and the redacted URL, never a password. The
 request waiting for the token was not sent.
 """

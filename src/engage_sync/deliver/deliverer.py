@@ -2,9 +2,8 @@
 
 The delivery layer is the only retry owner (DESIGN rule 6). Per attempt: take a slot of the
 endpoint group's shared budget, POST, let the budget read the rate-limit headers, `classify`.
-Then tenacity decides: ``retry`` outcomes are retried until the deadline; ``in_doubt`` ones
-only when `request.resend_in_doubt`; ``ok``, ``failed`` and ``fatal`` are final. Waits grow
-exponentially with jitter and never undercut `X-RateLimit-Reset` (after a 429) or `Retry-After`.
+Then the retry policy decides whether and when to send it again (`deliver/retry_policy.py`:
+tenacity, backoff floored by the service's headers, a deadline).
 
 A shared rate budget that cannot be reached raises `RateBudgetUnavailable` out of `send` when
 the request was never sent (and out of every later `send` at once, without sending); when an
@@ -27,43 +26,22 @@ transport.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, wait_exponential
-from tenacity.wait import wait_base
 
 from engage_sync import __version__
 from engage_sync.deliver.classify import Outcome, classify
 from engage_sync.deliver.lean_transport import LeanAnswer, LeanTransport, Prepared
-from engage_sync.deliver.ratelimit import (
-    Clock,
-    RateBudget,
-    RateBudgets,
-    Sleep,
-    parse_reset,
-    parse_retry_after,
-)
+from engage_sync.deliver.ratelimit import Clock, RateBudget, RateBudgets, Sleep
+from engage_sync.deliver.retry_policy import Attempt, RetryPolicy, SendState
 from engage_sync.errors import RateBudgetUnavailable
 from engage_sync.pack.request import Request
 
 logger = logging.getLogger(__name__)
-
-
-class Jitter(wait_base):
-    """Up to `high` seconds at random, drawn from a generator of our own: retries run in send
-    threads, and the global generator is the application's to seed and draw (tenacity's
-    `wait_random` draws from it)."""
-
-    def __init__(self, high: float) -> None:
-        self.high, self._random = high, random.Random()
-
-    def __call__(self, retry_state: RetryCallState) -> float:
-        return self._random.uniform(0, self.high)
 
 
 class DeliveryLog(logging.LoggerAdapter[logging.Logger]):
@@ -87,27 +65,6 @@ class Delivery:
     outcome: Outcome
     attempts: int
     doubtful_attempts: int = 0
-
-
-@dataclass(slots=True)
-class _Attempt:
-    outcome: Outcome
-    floor: float  # the service's own minimum wait before the next attempt, in seconds
-
-
-@dataclass(slots=True)
-class _Send:
-    """Per-call state, passed through tenacity as the attempted function's argument."""
-
-    request: Request
-    budget: RateBudget
-    give_up_at: float
-    attempts: int = 0
-    doubtful: int = 0
-    replay: _Attempt | None = None
-
-
-_RETRYABLE = frozenset({"retry", "in_doubt"})
 
 
 def attempt_timeout(seconds: float) -> httpx.Timeout:
@@ -168,8 +125,7 @@ class Deliverer:
         self._extensions = {"timeout": timeout.as_dict()}
         self._lean = transport if isinstance(transport, LeanTransport) else None
         self._prepared: dict[tuple[str, bool], Prepared] = {}  # (endpoint, bulk) → its head
-        self._deadline = retry_deadline
-        self._clock, self._wall = clock, wall
+        self._clock = clock
         self._log = DeliveryLog(logger, dict(log_context or {}))
         self._fatal: Outcome | None = None
         self._budget_lost: str | None = None  # why the shared rate budget was lost, if it was
@@ -178,19 +134,14 @@ class Deliverer:
         self._headers = {"Authorization": f"Bearer {api_key}",
                          "Content-Type": "application/json", "User-Agent": USER_AGENT}
         self._bulk_headers = {**self._headers, "X-Braze-Bulk": "true"}
-        self._backoff = (wait_exponential(multiplier=backoff_initial, max=backoff_max)
-                         + Jitter(backoff_initial))
-        self._retrying = Retrying(
-            sleep=sleep,
-            retry=self._wants_retry,
-            wait=self._wait,
-            stop=self._stop,
-            before_sleep=self._warn,
-            retry_error_callback=_last_result,
-        )
+        self._policy = RetryPolicy(
+            deadline=retry_deadline, backoff_initial=backoff_initial, backoff_max=backoff_max,
+            sleep=sleep, clock=clock, wall=wall, halted=lambda: self._fatal is not None,
+            log=self._log, service=self._service)
 
     def __repr__(self) -> str:
-        return f"Deliverer(base_url={self._base!r}, retry_deadline={self._deadline:g})"
+        return (f"Deliverer(base_url={self._base!r}, "
+                f"retry_deadline={self._policy.deadline:g})")
 
     @property
     def fatal(self) -> Outcome | None:
@@ -209,34 +160,25 @@ class Deliverer:
             return Delivery(replace(self._fatal, reason=not_sent), attempts=0)
         if self._budget_lost is not None:  # fail the requests queued behind it at once
             raise self._lost_as(self._budget_lost)
-        state = _Send(request, self._budget(request.group), self._clock() + self._deadline)
+        state = self._policy.start(request, self._budget(request.group))
         try:
             last = self._attempt(state)
-            if self._retryable(state, last):
-                # The first attempt is made before tenacity, so the common case (answered at
-                # once) pays nothing for it; tenacity replays it as its first attempt.
-                state.replay = last
-                last = self._retrying(self._replay_or_attempt, state)
+            if self._policy.retryable(state, last):
+                last = self._policy.retry(state, last, self._attempt)
         except RateBudgetUnavailable as exc:
             self._budget_lost, self._lost_as = str(exc), type(exc)
             if not state.doubtful:
                 raise  # this request never left: the caller stops the run, nothing settled
             reason = f"{exc}; an earlier attempt may have been processed"
-            last = _Attempt(Outcome("in_doubt", reason), 0.0)
+            last = Attempt(Outcome("in_doubt", reason), 0.0)
         else:
-            last = _Attempt(self._final(state, last.outcome), last.floor)
+            last = Attempt(self._policy.final(state, last.outcome), last.floor)
         self._tell(request, last.outcome)
         return Delivery(last.outcome, state.attempts, state.doubtful)
 
     # --- one attempt ------------------------------------------------------------------------
 
-    def _replay_or_attempt(self, state: _Send) -> _Attempt:
-        if state.replay is not None:
-            attempt, state.replay = state.replay, None
-            return attempt
-        return self._attempt(state)
-
-    def _attempt(self, state: _Send) -> _Attempt:
+    def _attempt(self, state: SendState) -> Attempt:
         request = state.request
         if self._guard is not None:
             self._guard()
@@ -252,8 +194,7 @@ class Deliverer:
         else:
             state.budget.observe(response.headers, self._clock() - granted)
             outcome = classify(request, response.status_code, response.content, None)
-            if outcome.kind in _RETRYABLE:
-                floor = self._floor(outcome, response.headers, state.budget)
+            floor = self._policy.floor(outcome, response.headers, state.budget)
         if self._key in outcome.reason:  # defence in depth: classify never sees the key
             outcome = replace(outcome, reason=outcome.reason.replace(self._key, "***"))
         if outcome.kind == "in_doubt":
@@ -266,7 +207,7 @@ class Deliverer:
                 outcome.status if outcome.status is not None else "-", outcome.kind,
                 state.attempts, len(request.items),
             )
-        return _Attempt(outcome, floor)
+        return Attempt(outcome, floor)
 
     def _post(self, request: Request, headers: Mapping[str, str]
               ) -> httpx.Response | LeanAnswer:
@@ -290,50 +231,11 @@ class Deliverer:
             response.close()
         return response
 
-    def _floor(self, outcome: Outcome, headers: Mapping[str, str], budget: RateBudget
-               ) -> float:
-        now = self._wall()
-        floor = parse_retry_after(headers, now) or 0.0
-        if outcome.status == 429:
-            reset = parse_reset(headers, now)
-            floor = max(floor, reset - now) if reset is not None else floor
-            # everyone sharing the budget waits, not just us; and it keeps to its sliding log
-            # from now on, even when the reset has passed (an edge misjudged)
-            budget.pause_until(now + floor)
-        return floor
-
     def _budget(self, group: str) -> RateBudget:
         found = self._budget_cache.get(group)
         if found is None:
             found = self._budget_cache.setdefault(group, self._budgets.budget(self._base, group))
         return found
-
-    # --- tenacity policy --------------------------------------------------------------------
-
-    def _retryable(self, state: _Send, attempt: _Attempt) -> bool:
-        kind = attempt.outcome.kind
-        if self._fatal is not None:
-            return False
-        return kind == "retry" or (kind == "in_doubt" and state.request.resend_in_doubt)
-
-    def _wants_retry(self, rs: RetryCallState) -> bool:
-        return self._retryable(rs.args[0], _last_result(rs))
-
-    def _wait(self, rs: RetryCallState) -> float:
-        return max(self._backoff(rs), _last_result(rs).floor)
-
-    def _stop(self, rs: RetryCallState) -> bool:
-        state: _Send = rs.args[0]
-        return self._clock() + rs.upcoming_sleep > state.give_up_at
-
-    def _warn(self, rs: RetryCallState) -> None:
-        state: _Send = rs.args[0]
-        attempt = _last_result(rs)
-        self._log.warning(
-            "%s: POST %s: %s; retrying in %.2f s (attempt %d, %d items)", self._service,
-            state.request.endpoint, attempt.outcome.reason, rs.upcoming_sleep, state.attempts,
-            len(state.request.items),
-        )
 
     def _tell(self, request: Request, outcome: Outcome) -> None:
         """One warning line for a request that ended in doubt or failed as a whole: the
@@ -352,22 +254,6 @@ class Deliverer:
         self._log.warning("%s: POST %s: %s; %s, listed by %s", self._service,
                           request.endpoint, outcome.reason, fate, listed)
 
-    def _final(self, state: _Send, outcome: Outcome) -> Outcome:
-        """A retryable outcome still standing when retrying stopped: say so, and how it ends."""
-        gave_up_doubt = outcome.kind == "in_doubt" and state.request.resend_in_doubt
-        if outcome.kind != "retry" and not gave_up_doubt:
-            return outcome
-        why = "stopped by a fatal error" if self._fatal is not None else "deadline reached"
-        attempts = f"{state.attempts} attempt{'' if state.attempts == 1 else 's'}"
-        gave_up = f"gave up after {attempts} ({why}): {outcome.reason}"
-        if gave_up_doubt:
-            return replace(outcome, reason=gave_up)
-        if state.doubtful:
-            # An earlier attempt may have been processed: failing the items would be a lie.
-            return replace(outcome, kind="in_doubt", reason=f"{gave_up}; an earlier attempt "
-                           "may have been processed")
-        return replace(outcome, kind="failed", reason=gave_up)
-
 
 def _shown(base: str) -> str:
     """The service's URL for a log line: no user, password or query."""
@@ -375,8 +261,3 @@ def _shown(base: str) -> str:
         return str(httpx.URL(base).copy_with(userinfo=b"", query=None))
     except (httpx.InvalidURL, TypeError, ValueError):
         return "its base URL"
-
-
-def _last_result(rs: RetryCallState) -> _Attempt:
-    return rs.outcome.result()  # type: ignore[union-attr]
-

@@ -9,57 +9,41 @@ Two ways in, the same bytes on the wire: `handle_request` (an `httpx.Request` in
 `httpx.Response` out, as any httpx transport), and `prepare` once per URL and headers, then
 `post` per body (a `LeanAnswer` out), which the Deliverer uses: building httpx's request and
 response models cost it as much CPU as the exchange itself (`benchmarks/deliver_overhead.py`,
-figures in benchmarks/README.md). Either way every error is httpx's
-own, raised where httpx raises it, so `deliver.classify` tells "not sent" from "in doubt"
-exactly as before:
-
-- connecting fails or times out: `ConnectError` / `ConnectTimeout` (nothing was sent);
-- writing the request fails or times out: `WriteError` / `WriteTimeout` (the body is
-  incomplete: the service cannot have parsed it);
-- anything after the whole request was written (no answer in time, a reset, a malformed or
-  cut answer, an informational 1xx where the final answer was due): `ReadTimeout`,
-  `ReadError`, `RemoteProtocolError` (it may have been processed);
-- a write the server cut short after answering (a 413 or 401 before it read the body): that
-  answer, as httpcore returns it.
+figures in benchmarks/README.md). Either way every error is httpx's own, raised where httpx
+raises it (`deliver/connection_pool.py` for connecting, `deliver/exchange.py` for the rest),
+so `deliver.classify` tells "not sent" from "in doubt" exactly as on httpx's transport.
 
 Invariants:
 - a connection serves one request at a time; it goes back to the pool only after its whole
   answer was read and the answer did not ask to close it; any error closes it;
-- an idle connection the server has closed (it reads as ready before we asked anything), or
-  idle longer than `IDLE_SECONDS` (the server may be closing it right now), is dropped
-  before use, never written to, so a stale keep-alive is never a request in doubt;
-- TLS is verified with httpx's own default context (certifi, or SSL_CERT_FILE / SSL_CERT_DIR);
-- at most `max_idle` idle connections are kept; thread-safe.
+- the pool's (`deliver/connection_pool.py`): a stale keep-alive is never written to, TLS is
+  verified with httpx's default context, at most `max_idle` idle connections; thread-safe;
+- an answer's headers and body read as httpx's `Response` reads them (names in lower case,
+  decoded alike, a Content-Encoding undone by httpx's own decoders).
 
-Used for plain `http`/`https` service URLs with no proxy (`adapters.wiring.http_transport`);
+Used for plain `http`/`https` service URLs with no proxy (`adapters.resources.http_transport`);
 a proxy keeps httpx's own transport.
 """
 
 from __future__ import annotations
 
-import select
-import socket
 import ssl
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import httpx
 
-from engage_sync.deliver.http11 import Answer, ProtocolError, Wire, request_head
+from engage_sync.deliver.connection_pool import IDLE_SECONDS, ConnectionPool, Key
+from engage_sync.deliver.exchange import exchange
+from engage_sync.deliver.http11 import Answer, request_head
 
-_Key = tuple[str, str, int]  # scheme, host (its ASCII form), port
 _PORTS = {"http": 80, "https": 443}
-IDLE_SECONDS = 1.0  # an idle connection older than this is dropped, not reused: below the
-# keep-alive timeouts of common servers (2-5 s), so a server's close of it cannot cross our
-# next request on the wire (which would leave that request in doubt)
 
 
 class Prepared(NamedTuple):
     """A POST's connection and its head up to Content-Length, made and checked once."""
 
-    key: _Key
+    key: Key
     head: bytes  # the request line and headers, each line ending in CRLF
 
 
@@ -76,12 +60,7 @@ class LeanTransport(httpx.BaseTransport):
 
     def __init__(self, max_idle: int = 4, ssl_context: ssl.SSLContext | None = None,
                  idle_seconds: float = IDLE_SECONDS) -> None:
-        self._max_idle = max_idle
-        self._idle_seconds = idle_seconds
-        self._ssl = ssl_context
-        self._idle: list[tuple[_Key, Wire]] = []
-        self._lock = threading.Lock()
-        self._closed = False
+        self._pool = ConnectionPool(max_idle, ssl_context, idle_seconds)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         key = _key_of(request)
@@ -108,92 +87,27 @@ class LeanTransport(httpx.BaseTransport):
             content = _decoded(status, headers, content)  # as httpx's Response decodes it
         return LeanAnswer(status, named, content)
 
-    def _round_trip(self, key: _Key, data: bytes, timeouts: Mapping[str, Any],
+    def _round_trip(self, key: Key, data: bytes, timeouts: Mapping[str, Any],
                     request: httpx.Request | None) -> Answer:
         """`data` written on a pooled (or new) connection to `key`, the answer read whole; the
         connection kept only if the answer allows it, closed on any error."""
-        conn = self._take(key) or self._connect(key, timeouts.get("connect"), request)
+        conn = self._pool.take(key) or self._pool.connect(key, timeouts.get("connect"), request)
         try:
-            answer = _exchange(conn, data, timeouts, request)
+            answer = exchange(conn, data, timeouts, request)
         except BaseException:
             conn.close()
             raise
         if answer.reusable:
-            self._give(key, conn)
+            self._pool.give(key, conn)
         else:
             conn.close()
         return answer
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle, self._closed = self._idle, [], True
-        for _, conn in idle:
-            conn.close()
-
-    # the pool --------------------------------------------------------------------------------
-    def _take(self, key: _Key) -> Wire | None:
-        """An idle connection to `key` the server has not closed, or None."""
-        while True:
-            with self._lock:
-                at = next((k for k, (held, _) in enumerate(self._idle) if held == key), None)
-                if at is None:
-                    return None
-                conn = self._idle.pop(at)[1]
-            if time.monotonic() - conn.idle_since <= self._idle_seconds and _alive(conn):
-                return conn
-            conn.close()
-
-    def _give(self, key: _Key, conn: Wire) -> None:
-        conn.idle_since = time.monotonic()
-        with self._lock:
-            if not self._closed and len(self._idle) < self._max_idle:
-                self._idle.append((key, conn))
-                return
-        conn.close()
-
-    def _connect(self, key: _Key, timeout: float | None, request: httpx.Request | None
-                 ) -> Wire:
-        scheme, host, port = key
-        sock: socket.socket | None = None
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if scheme == "https":
-                if self._ssl is None:
-                    self._ssl = httpx.create_ssl_context()
-                sock = self._ssl.wrap_socket(sock, server_hostname=host)  # the handshake
-        except TimeoutError as exc:
-            if sock is not None:
-                sock.close()
-            raise httpx.ConnectTimeout(_text(exc, "connecting timed out"),
-                                       request=request) from exc
-        except OSError as exc:  # refused, unreachable, name unknown, TLS refused
-            if sock is not None:
-                sock.close()
-            raise httpx.ConnectError(_text(exc, "could not connect"), request=request) from exc
-        return Wire(sock)
+        self._pool.close()
 
 
-def _alive(conn: Wire) -> bool:
-    """An idle keep-alive connection is usable while nothing is there to read: a readable one
-    was closed by the server (or holds bytes nobody asked for)."""
-    sock = conn.sock
-    if conn.leftover or sock.fileno() < 0:
-        return False
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return False
-    poller = select.poll()  # not select(): no limit on the descriptor's number
-    try:
-        poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
-    except (OSError, ValueError):
-        return False
-
-
-EARLY_ANSWER_WAIT = 2.0  # seconds to read an answer the server sent before closing mid-body
-
-
-def _key_of(request: httpx.Request) -> _Key:
+def _key_of(request: httpx.Request) -> Key:
     """(scheme, host as ASCII, port) of the request's URL; raises UnsupportedProtocol for a
     scheme that is not http or https."""
     url = request.url
@@ -242,63 +156,3 @@ def _decoded(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> by
         return response.read()
     finally:
         response.close()
-
-
-def _exchange(conn: Wire, data: bytes, timeouts: Mapping[str, Any],
-              request: httpx.Request | None) -> Answer:
-    """Write the request (`data`: head and body), read the whole answer: (status, reason,
-    headers, body, reusable). A write the server cut short may have been refused with an
-    answer first (413, 401 or 429 before it read the whole body), which is read and
-    returned, as httpcore does; without one, the write's error stands (the request was not
-    sent whole)."""
-    try:
-        _write(conn, data, timeouts.get("write"), request)
-    except httpx.WriteError:
-        early = _early_answer(conn, request)
-        if early is None:
-            raise
-        return early
-    return _read(conn, request, timeouts.get("read"))
-
-
-def _early_answer(conn: Wire, request: httpx.Request | None) -> Answer | None:
-    """The answer a server sent before it closed a connection we were still writing to, or
-    None (then nothing was answered: the request was not sent whole)."""
-    try:
-        return _read(conn, request, EARLY_ANSWER_WAIT)._replace(reusable=False)
-    except httpx.TransportError:
-        return None
-
-
-def _write(conn: Wire, data: bytes, timeout: float | None, request: httpx.Request | None
-           ) -> None:
-    conn.sock.settimeout(timeout)
-    try:
-        conn.send(data)  # one write: a failure leaves the body incomplete
-    except TimeoutError as exc:
-        raise httpx.WriteTimeout(_text(exc, "writing timed out"), request=request) from exc
-    except OSError as exc:
-        raise httpx.WriteError(_text(exc, "writing failed"), request=request) from exc
-
-
-def _read(conn: Wire, request: httpx.Request | None, timeout: float | None) -> Answer:
-    """The whole answer, once the request was written: every failure is one that leaves the
-    request in doubt."""
-    conn.sock.settimeout(timeout)
-    try:
-        return conn.answer()
-    except TimeoutError as exc:
-        raise httpx.ReadTimeout(_text(exc, "no answer in time"), request=request) from exc
-    except ProtocolError as exc:  # cut, malformed, closed early, a 1xx for the answer
-        raise httpx.RemoteProtocolError(_text(exc, "the answer was cut or malformed"),
-                                        request=request) from exc
-    except OSError as exc:
-        raise httpx.ReadError(_text(exc, "reading the answer failed"), request=request) from exc
-    except Exception as exc:  # MemoryError and the like: still an answer we could not read
-        raise httpx.RemoteProtocolError(_text(exc, "the answer could not be read"),
-                                        request=request) from exc
-
-
-def _text(exc: BaseException, fallback: str) -> str:
-    text = str(exc).strip()
-    return f"{fallback}: {text}" if text else fallback

@@ -4,11 +4,10 @@ A `RateBudget` grants at most `limit` requests in any span of `per_seconds` (a s
 the last `limit` grant times; a token bucket would allow up to twice the limit within one of a
 fixed-window service's windows, which it answers with 429). Once the service's answers say
 where its windows end (`X-RateLimit-Reset`), it also grants `limit` in each of those windows,
-as the service counts them: a sliding log alone waits a whole window after a burst, where the
-service's window may be about to end. It tightens itself from the service's `X-RateLimit-*`
-headers; after a 429 the deliverer pauses it (`pause_until`: everyone sharing it waits for the
-reset or Retry-After), and from then on it keeps to the sliding log, as after an answer too slow
-for its margin.
+as the service counts them (`deliver/service_windows.py`). It tightens itself from the
+service's `X-RateLimit-*` headers (`deliver/rate_headers.py`); after a 429 the deliverer
+pauses it (`pause_until`: everyone sharing it waits for the reset or Retry-After), and from
+then on it keeps to the sliding log, as after an answer too slow for its margin.
 
 Times: `clock` is monotonic (intervals), `wall` is epoch seconds (the service's reset times);
 both and `sleep` are injectable so tests never sleep.
@@ -20,8 +19,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from email.utils import parsedate_to_datetime
 
+from engage_sync.deliver.rate_headers import LIMIT, REMAINING, header, number, parse_reset
+from engage_sync.deliver.service_windows import MIN_WAIT, ServiceCount, WindowFollower
 from engage_sync.pack.request import IDENTITY, SUBSCRIPTION, SYNC_STATUS, USERS_TRACK
 
 Clock = Callable[[], float]
@@ -34,65 +34,6 @@ DEFAULT_RATES: Mapping[str, tuple[int, float]] = {
     IDENTITY: (20000, 60.0),
     SYNC_STATUS: (100, 60.0),
 }
-
-LIMIT = "x-ratelimit-limit"
-REMAINING = "x-ratelimit-remaining"
-RESET = "x-ratelimit-reset"
-RETRY_AFTER = "retry-after"
-
-_MIN_WAIT = 1e-6  # so a float clock always moves forward past the instant it waits for
-CLOCK_SKEW = 0.05
-"""Seconds this machine's clock may be off the service's (the reset is read against it; NTP
-keeps two hosts within milliseconds). A window is used only this long after its edge, and
-windows shorter than four times this are never followed."""
-EDGE_MARGIN = 0.5
-"""The count margin at most: a grant this close before an edge counts in the next window too,
-as the service may count it there. It is the clock skew plus the slowest answer seen (its time
-from the grant bounds the time to be counted); until an answer was timed, this or a quarter
-window. An answer slower than that allows ends the following of windows."""
-_EPOCH_2001 = 1e9  # a reset below this is a number of seconds from now, not an epoch
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive header lookup (httpx.Headers already is; a plain dict may not be)."""
-    value = headers.get(name)
-    if value is None and not hasattr(headers, "multi_items"):
-        for key, candidate in headers.items():
-            if key.lower() == name:
-                return candidate
-    return value
-
-
-def _number(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value.strip())
-    except ValueError:
-        return None
-    return number if number == number and number >= 0 else None  # drop NaN and negatives
-
-
-def parse_reset(headers: Mapping[str, str], now_epoch: float) -> float | None:
-    """`X-RateLimit-Reset` as epoch seconds, or None. A small number is read as a delay."""
-    value = _number(_header(headers, RESET))
-    if value is None:
-        return None
-    return value if value >= _EPOCH_2001 else now_epoch + value
-
-
-def parse_retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
-    """`Retry-After` (seconds or an HTTP date) as seconds to wait from now, or None."""
-    raw = _header(headers, RETRY_AFTER)
-    if raw is None:
-        return None
-    seconds = _number(raw)
-    if seconds is not None:
-        return seconds
-    try:
-        return max(0.0, parsedate_to_datetime(raw).timestamp() - now_epoch)
-    except (TypeError, ValueError):
-        return None
 
 
 class RateBudget:
@@ -133,16 +74,9 @@ class RateBudget:
         self._lock = threading.Lock()
         self._grants: deque[float] = deque(maxlen=requests)
         self._paused_until = float("-inf")
-        # The service's current window, from headers: its end (on `clock`) and what is left.
-        self._server_reset: float | None = None
-        self._server_end = float("-inf")
-        self._server_left = 0
-        # A service window's edge on `clock` (None: unknown), while its windows are followed.
-        self._edge: float | None = None
-        self._follow = True
-        self._measured: float | None = None  # the slowest answer seen, from its grant
+        self._count = ServiceCount(clock)  # the service's count of its current window
+        self._windows = WindowFollower(self._window, clock)  # its edges, while followed
         self._resting = 0  # requests sleeping for a grant (`holding`)
-        self._refit()
 
     def __repr__(self) -> str:
         return f"RateBudget({self._limit} per {self._window:g} s)"
@@ -160,59 +94,34 @@ class RateBudget:
         """An edge of the service's windows as followed, in epoch seconds (None: none seen, or
         keeping to the sliding log)."""
         with self._lock:
-            return None if self._edge is None else self._edge - self._clock() + self._wall()
+            edge = self._windows.edge
+            return None if edge is None else edge - self._clock() + self._wall()
 
     @property
     def count_margin(self) -> float:
         """Seconds before an edge whose grants the next window counts too (`EDGE_MARGIN`)."""
         with self._lock:
-            return self._counts
+            return self._windows.margin
 
     def try_acquire(self) -> float:
         """Take a slot if one is free now and return 0.0; else return the seconds to wait."""
         with self._lock:
             now = self._clock()
-            wait = self._paused_until - now
-            if self._server_reset is not None:
-                if now >= self._server_end:
-                    self._server_reset = None
-                elif self._server_left <= 0:
-                    wait = max(wait, self._server_end - now)
+            wait = max(self._paused_until - now, self._count.wait(now))
             if len(self._grants) == self._limit:
                 wait = max(wait, self._full_for(now))
             if wait > 0:
-                return max(wait, _MIN_WAIT)
+                return max(wait, MIN_WAIT)
             self._grants.append(now)
-            if self._server_reset is not None:
-                self._server_left -= 1
+            self._count.granted()
             return 0.0
 
     def _full_for(self, now: float) -> float:
         """With `limit` grants in the log: the seconds until one more may go (<= 0: now)."""
         first = self._grants[0]
-        if self._edge is None:
+        if self._windows.edge is None:
             return first + self._window - now
-        # the window in use: the last edge at least the skew ago, counted from `_counts` before
-        start = self._edge + (now - CLOCK_SKEW - self._edge) // self._window * self._window
-        if first < start - self._counts:
-            return 0.0
-        # either rule keeps each of the service's windows within the limit, so whichever
-        # frees a slot first: a burst across an edge is counted in both windows, where the log
-        # (over a window and the margin, as requests may take more or less time) frees sooner
-        return min(first + self._window + self._counts - now,
-                   max(start + self._window + CLOCK_SKEW - now, _MIN_WAIT))
-
-    def _refit(self) -> None:
-        """The count margin for the current window and answers (`_counts`); a window too
-        short, or an answer too slow, for the widest margin it allows ends the following."""
-        widest = min(EDGE_MARGIN, self._window / 4)
-        self._counts = widest if self._measured is None else CLOCK_SKEW + self._measured
-        if self._window < 4 * CLOCK_SKEW or self._counts > widest:
-            self._unfollow()
-
-    def _unfollow(self) -> None:
-        """The sliding log alone, for good: no edge is followed again."""
-        self._follow, self._edge = False, None
+        return self._windows.full_for(first, now, self._window)
 
     def acquire(self) -> float:
         """Block until a slot is free and take it; returns the seconds spent waiting."""
@@ -243,7 +152,7 @@ class RateBudget:
             now = self._clock()
             delay = min(reset_epoch - self._wall(), self._max_pause)
             self._paused_until = max(self._paused_until, now + delay)
-            self._unfollow()
+            self._windows.stop()
 
     def tighten(self, requests: int, per_seconds: float) -> None:
         """Adopt `requests` per `per_seconds` if that rate is lower than the current one."""
@@ -253,7 +162,7 @@ class RateBudget:
             if requests / per_seconds < self._limit / self._window:
                 self._limit, self._window = requests, float(per_seconds)
                 self._grants = deque(self._grants, maxlen=requests)
-                self._refit()
+                self._windows.refit(self._window)
 
     def observe(self, headers: Mapping[str, str], elapsed: float | None = None) -> None:
         """Adapt to a response's `X-RateLimit-Limit/Remaining/Reset` (case-insensitive), and
@@ -262,28 +171,20 @@ class RateBudget:
         A lower limit than ours is adopted; `Remaining` before `Reset` caps further grants in
         the service's current window. Malformed or missing headers are ignored.
         """
-        limit = _number(_header(headers, LIMIT))
-        remaining = _number(_header(headers, REMAINING))
+        limit = number(header(headers, LIMIT))
+        remaining = number(header(headers, REMAINING))
         wall_now = self._wall()
         reset = parse_reset(headers, wall_now)
         with self._lock:
             if limit is not None and limit >= 1:
                 self._set_limit(int(limit))
             if elapsed is not None and elapsed >= 0:
-                self._measured = max(self._measured or 0.0, elapsed)
-                self._refit()
-            if reset is not None and reset > wall_now and self._follow:
-                self._edge = self._clock() + reset - wall_now
+                self._windows.timed(elapsed, self._window)
+            if reset is not None and reset > wall_now:
+                self._windows.saw_reset(reset - wall_now)
             if remaining is None or reset is None or reset <= wall_now:
                 return
-            left = int(remaining)
-            if reset == self._server_reset:
-                # Answers arrive out of order: an older, larger count must not loosen the cap.
-                self._server_left = min(self._server_left, left)
-            elif self._server_reset is None or reset > self._server_reset:
-                self._server_reset = reset
-                self._server_left = left
-                self._server_end = self._clock() + min(reset - wall_now, self._max_pause)
+            self._count.saw(reset, int(remaining), min(reset - wall_now, self._max_pause))
 
     def _set_limit(self, requests: int) -> None:
         if requests < self._limit:

@@ -50,6 +50,7 @@ from engage_sync.read.reader import Drops, Reader
 from engage_sync.read.sent_rows import SentRows, shared
 from engage_sync.run import ending
 from engage_sync.run.cutter import Cutter
+from engage_sync.run.journaling import send_loop_for
 from engage_sync.run.lease import Lease, new_owner
 from engage_sync.run.resume import Opened, Skipper, open_run
 from engage_sync.run.rows import RowRouter
@@ -237,7 +238,7 @@ class Run:
             sleep=self.deps.stop.sleep if self.deps.stop is not None else time.sleep,
         )
         mode, stored, moves = self.options.mode, self.stored, self.scope.moves_cursor
-        return SendLoop(RunContext(
+        return send_loop_for(RunContext(
             run_id=self.run_id, integration=self.i.name, state=self.deps.state,
             deliverer=deliverer, max_in_flight=service.max_in_flight,
             group_commits=self.kind.group_commits, resend_in_doubt=self.resend_in_doubt,
