@@ -7,8 +7,8 @@ the loop blocked meanwhile (the main thread: SIGTERM's graceful stop, CPU pinnin
 Prefect's runs on that loop meanwhile, and the Prefect calls in it that pick sync or async by
 the context (artifacts, blocks) pass `_sync=True` (in an async flow's run they would return
 coroutines). It is async because Prefect's sync engine waits at a flow run's end for its
-heartbeat thread to wake from its one-second sleep (up to 1 s, 0.5 s on average: 0.25 and
-0.51 s measured), where the async engine leaves it to end alone. `run_blocking` runs it as the
+heartbeat thread to wake from its one-second sleep, where the async engine leaves it to end
+alone. `run_blocking` runs it as the
 CLI does: `asyncio.run`, with Ctrl-C interrupting the sync at once as in a sync flow. The
 parameters are typed so the Prefect UI renders them as a form, and a run started from the UI,
 from `prefect deployment run … --param …` or from `engage-sync run` does the same thing.

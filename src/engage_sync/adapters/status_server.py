@@ -35,8 +35,7 @@ anything is served.
 
 The handlers are plain functions, so Starlette runs each in its thread pool: they wait on the
 state database, and as coroutines they held the event loop while they did, so the server
-answered one request at a time on one connection (50 clients paging it: p99 3 s, the
-`status` load check of benchmarks/README.md).
+answered one request at a time on one connection.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def run_direct(path: str | Path, options: RunOptions, state_url: str | None = No
                ) -> dict[str, Any] | None:
     """The pipeline alone, without Prefect (`engage-sync run --no-prefect`): the status record,
     or a dry run's summary; progress lines on the `engage_sync.progress` logger. Prefect is not
-    imported on this path (about 40 MB and a second of start-up)."""
+    imported on this path (its start and memory are spared)."""
     from engage_sync.state import retention
     from engage_sync.status.progress_report import ProgressReporter
 

@@ -129,8 +129,8 @@ def _write_run(engine: Engine, integration: Integration, store: StateStore, run_
 
 def insert_rows(conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
     """Insert `rows` (dicts keyed by column). DuckDB: as one Arrow table, INSERT ... SELECT
-    (its executemany inserts a row at a time: 10,000 outcomes took 0.93 s, through Arrow
-    0.03 s); any other dialect, or values Arrow cannot type, through executemany."""
+    (its executemany inserts a row at a time; `benchmarks/writeback_outcomes.py` measures
+    both); any other dialect, or values Arrow cannot type, through executemany."""
     if conn.dialect.name == "duckdb":
         try:
             arrow = pa.Table.from_pylist(rows)
