@@ -1,4 +1,4 @@
-"""Issue 47: a run stopped before it reads leaves a record (a missing table, a query over one,
+"""A run stopped before it reads leaves a record (a missing table, a query over one,
 a warehouse out of reach, a refused key with nothing to send), seen where an operator looks:
 `engage-sync status`, the service-format endpoint, `/metrics` and the write-back; the key is
 checked once a run, partitioned or not, in a rate group no run sends to."""

@@ -1,4 +1,4 @@
-"""Issue 22: with `writeback`, every run's record and its rows' outcomes that were not a plain
+"""With `writeback`, every run's record and its rows' outcomes that were not a plain
 success land in the user's warehouse (DuckDB and PostgreSQL): counts equal to the record, each
 outcome joined to its source row by key, no payload value anywhere; a target that cannot be
 written never fails the sync, and the next run writes what it missed."""
