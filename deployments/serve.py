@@ -32,6 +32,7 @@ from uuid import UUID
 
 import httpx
 import yaml
+from prefect._internal.observers import FlowRunCancellingObserver
 from prefect.client.schemas.filters import (
     DeploymentFilter,
     DeploymentFilterId,
@@ -113,6 +114,8 @@ class StoppingRunner(Runner):
 
     async def __aenter__(self) -> StoppingRunner:
         await super().__aenter__()
+        if self._cancelling_observer is not None:
+            _quiet_cancelled_polling(self._cancelling_observer)
         poller = self._scheduled_run_poller
         resolve = poller._resolve_starter
 
@@ -263,6 +266,35 @@ class StoppingRunner(Runner):
         await asyncio.wait_for(self._client.set_flow_run_state(
             flow_run.id, Cancelled(message=message), force=True), SERVER_SECONDS)
         self._logger.log(level, "flow run '%s' (%s) cancelled: %s", flow_run.name, was, why)
+
+
+def _quiet_cancelled_polling(observer: FlowRunCancellingObserver) -> None:
+    """Prefect's cancellation observer polls the server when its events stream is gone (the
+    server stopped before or while serving) and, at a stop, cancels that polling task, whose
+    done-callback then asks the cancelled task for its exception: asyncio prints the
+    CancelledError's traceback. A cancelled poll is the stop, not a failure: not reported."""
+    report = observer._handle_polling_task_done
+
+    def unless_cancelled(task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            report(task)
+
+    start = observer._start_polling_task
+
+    def start_polling(task: asyncio.Task[None]) -> None:  # the stream lost while serving
+        start(task)
+        _swap_callback(observer._polling_task, report, unless_cancelled)
+
+    _swap_callback(observer._polling_task, report, unless_cancelled)
+    consumer = observer._consumer_task
+    if consumer is not None and consumer.remove_done_callback(start):
+        consumer.add_done_callback(start_polling)
+
+
+def _swap_callback(task: asyncio.Task[None] | None, old: Callable[[asyncio.Task[None]], None],
+                   new: Callable[[asyncio.Task[None]], None]) -> None:
+    if task is not None and task.remove_done_callback(old):
+        task.add_done_callback(new)
 
 
 async def _until(condition: Callable[[], bool], seconds: float) -> bool:
