@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from subprocess import Popen
+from typing import Any
 
 import pytest
 
@@ -34,10 +35,10 @@ BATCH = 75
 
 
 def _events_setup(wh: Warehouse, service: Service, tmp_path: Path, policy: str,
-                  n: int = 600, in_flight: int = 1) -> Path:
+                  n: int = 600, in_flight: int = 1, **settings: Any) -> Path:
     return table_integration(wh, service, tmp_path, "events",
                              event_rows(n, users=60, step=timedelta(milliseconds=500)),
-                             in_doubt=policy, service={"max_in_flight": in_flight})
+                             in_doubt=policy, service={"max_in_flight": in_flight, **settings})
 
 
 def _batch_ids(k: int) -> set[str]:
@@ -151,26 +152,28 @@ def test_sigkill_mid_run_then_resume_leaves_every_attribute_at_its_final_value(
 # --- SIGTERM: an orchestrator's graceful stop ------------------------------------------------
 
 STOP_BOUND = 30 + 5  # seconds: service.timeout_seconds (default) + 5, README "SIGTERM"
+WATCHDOG = "not stopped"  # the line of a run the watchdog ended after that grace
 
 
 def _sigterm(path: Path, key: str, state_url: str, wait_for: Callable[[Popen[bytes]], None]
-             ) -> tuple[int, str, float]:
-    """Start the run as its own process, SIGTERM it once `wait_for` returns; its exit code,
-    stderr and the seconds it took to end after the signal."""
+             ) -> tuple[int, str]:
+    """Start the run as its own process, SIGTERM it once `wait_for` returns; its exit code and
+    stderr (the watchdog ends it within STOP_BOUND at most: the deadline is generous)."""
     proc = run_cli(path, state_url, key)
     wait_for(proc)
     proc.send_signal(signal.SIGTERM)
-    signalled = time.monotonic()
-    _, err = proc.communicate(timeout=2 * STOP_BOUND)
-    return proc.returncode, err.decode(), time.monotonic() - signalled
+    _, err = proc.communicate(timeout=STOP_BOUND + 120)
+    return proc.returncode, err.decode()
 
 
-def _stopped_resumable(code: int, err: str, seconds: float, state_url: str) -> None:
-    """Exit 143 with one line; the run left `running`, its lease released."""
+def _stopped_resumable(code: int, err: str, state_url: str) -> None:
+    """Exit 143 with one line, the run's own within its grace (the watchdog, armed at the
+    signal for service.timeout_seconds + 5, never ended it); the run left `running`, its lease
+    released."""
     assert code == 143, err
+    assert WATCHDOG not in err, err
     [line] = [x for x in err.splitlines() if "stopped by SIGTERM" in x]
     assert "resumable and the next run of the integration resumes it" in line
-    assert seconds < STOP_BOUND
     [run] = open_state(state_url).runs_newest_first("events", 0, 10)
     assert run["job_status"] == "running" and run["message"] in line
     assert run["lease_until"].replace(tzinfo=UTC) <= datetime.now(UTC)
@@ -194,9 +197,9 @@ def test_sigterm_settles_the_request_in_flight_and_the_next_run_resumes(
     # the sandbox holds request 3 for 2 s, then processes and answers it
     service.faults([{"path": "/users/track", "action": "delay", "nth": [3],
                      "delay_seconds": 2}])
-    code, err, seconds = _sigterm(path, sandbox_key, state_url, lambda proc: _wait_for_request(
+    code, err = _sigterm(path, sandbox_key, state_url, lambda proc: _wait_for_request(
         service, 3, proc, "/users/track"))
-    _stopped_resumable(code, err, seconds, state_url)
+    _stopped_resumable(code, err, state_url)
     service.faults([])
     assert len(service.requests()) == 3  # none after the signal
     assert len(set(service.event_ids())) == 3 * BATCH  # the one in flight was answered
@@ -208,8 +211,10 @@ def test_sigterm_during_a_retry_wait_stops_at_once_and_the_request_is_sent_by_th
     warehouse: Warehouse, service: Service, sandbox_key: str, tmp_path: Path
 ) -> None:
     with AnswerProxy(service.base_url, "/users/track", {3: "retry_later"}).running() as proxy:
+        # a grace (timeout_seconds + 5) shorter than the 30 s Retry-After: a wait not cut
+        # short by the signal would be ended by the watchdog, with its line
         path = _events_setup(warehouse, Service(proxy.url, service.control), tmp_path, "skip",
-                             n=300)
+                             n=300, timeout_seconds=10)
         warehouse.engine.dispose()
         state_url = f"sqlite:///{tmp_path / 'state.db'}"
 
@@ -219,9 +224,9 @@ def test_sigterm_during_a_retry_wait_stops_at_once_and_the_request_is_sent_by_th
                 time.sleep(0.05)
             time.sleep(0.3)
 
-        deadline = time.monotonic() + 60
-        code, err, seconds = _sigterm(path, sandbox_key, state_url, waiting)
-        _stopped_resumable(code, err, seconds, state_url)
-        assert seconds < 10  # the 30 s wait was cut short, and no attempt followed it
+        deadline = time.monotonic() + 120
+        code, err = _sigterm(path, sandbox_key, state_url, waiting)
+        _stopped_resumable(code, err, state_url)  # the 30 s wait was cut short by the signal
+        assert proxy.counts["/users/track"] == 3  # and no attempt followed it
         assert len(set(service.event_ids())) == 2 * BATCH
         _resumed_exactly_once(path, service, sandbox_key, state_url)  # request 3: not in doubt

@@ -159,10 +159,11 @@ def test_an_answer_that_stalls_ends_by_the_read_timeout_in_doubt(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    record, seconds = _run(warehouse, service, state, tmp_path, "stall", caplog)
+    record, _ = _run(warehouse, service, state, tmp_path, "stall", caplog)
     _assert_in_doubt(record, service, state)
-    assert seconds < 10  # the 1.5 s read timeout ended it; the proxy would hold it 120 s
     [line] = _warnings(caplog)
+    # the read timeout ended it: the proxy, holding the answer 120 s, would end it with the
+    # body cut short (RemoteProtocolError)
     assert "the service at http://127.0.0.1:" in line and "ReadTimeout" in line
     assert "no answer within service.timeout_seconds" in line
     assert "not sent again (in_doubt: skip)" in line

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,9 @@ with stop_on_sigterm() as stop:
     if sys.argv[1] == "armed":
         stop.arm(0.5)
     print("ready", flush=True)
-    time.sleep(30)
+    time.sleep(600)
 """
+ENDS = 120  # seconds a process must end in after SIGTERM: generous, and far below the sleep
 
 
 def _signals(pid: int) -> str:
@@ -30,34 +30,32 @@ def _signals(pid: int) -> str:
                                                       "ShdPnd", "Threads")))
 
 
-def _signalled(mode: str, tmp_path: Path) -> tuple[int, str, float]:
-    """Exit code, stderr and seconds from SIGTERM to the end. The end is the process's, not its
-    pipes' (a process forked meanwhile by another thread could hold a pipe open): stderr goes to
-    a file."""
+def _signalled(mode: str, tmp_path: Path) -> tuple[int, str]:
+    """Exit code and stderr of a process ended by SIGTERM within ENDS seconds (its 600 s sleep
+    cut short). The end is the process's, not its pipes' (a process forked meanwhile by another
+    thread could hold a pipe open): stderr goes to a file."""
     with (tmp_path / "stderr").open("w+b") as err:
         proc = subprocess.Popen([sys.executable, "-c", STUCK, mode], stdout=subprocess.PIPE,
                                 stderr=err)
         try:
             assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
             proc.send_signal(signal.SIGTERM)
-            signalled = time.monotonic()
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=ENDS)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"alive 20 s after SIGTERM: {_signals(proc.pid)}")
+                pytest.fail(f"alive {ENDS} s after SIGTERM: {_signals(proc.pid)}")
         finally:
             proc.kill()  # the process has ended, unless the test fails
             proc.stdout.close()
         err.seek(0)
-        return proc.returncode, err.read().decode(), time.monotonic() - signalled
+        return proc.returncode, err.read().decode()
 
 
 @pytest.mark.parametrize(("mode", "code"), [("armed", 143), ("not armed", -signal.SIGTERM)])
 def test_sigterm_ends_the_process_within_its_grace(mode: str, code: int, tmp_path: Path
                                                    ) -> None:
-    returncode, err, seconds = _signalled(mode, tmp_path)
-    assert returncode == code, err
-    assert seconds < 5  # not the 30 s sleep
+    returncode, err = _signalled(mode, tmp_path)
+    assert returncode == code, err  # ended by the signal (143: the watchdog), not the sleep
     if mode == "armed":
         assert err == ("engage-sync: not stopped 0.5 s after SIGTERM: ending now; the next "
                        "run resumes (what was in flight is in doubt)\n")
