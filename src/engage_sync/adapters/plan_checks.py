@@ -30,7 +30,7 @@ from engage_sync.config.integration import Integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import SyncError
 from engage_sync.read import duckdb_turns
-from engage_sync.read.plan import prepare
+from engage_sync.read.plan import RunPlan, prepare
 from engage_sync.read.source_schema import describe
 from engage_sync.state.store import StateStore
 
@@ -100,7 +100,8 @@ def caps_passed(integration: Integration, rows: int) -> list[str]:
 def _workspace(integration: Integration, mapped: dict[str, str],
                cache: dict[tuple[str, str], dict[str, str]]) -> tuple[list[str], list[str]]:
     try:
-        expanded = prepare(integration, RunOptions(dry_run=True)).integration
+        plan = prepare(integration, RunOptions(dry_run=True))
+        expanded = plan.integration
         key = service_key(expanded)
         where = (expanded.service.base_url, key)
         if where not in cache:
@@ -108,7 +109,7 @@ def _workspace(integration: Integration, mapped: dict[str, str],
         defined = cache[where]
     except (SyncError, httpx.HTTPError) as exc:
         return [], [f"workspace not checked: {one_line(exc)}"]
-    columns, notes = _column_types(expanded)
+    columns, notes = _column_types(plan)
     problems = []
     for name in sorted(mapped):
         column = mapped[name]
@@ -141,13 +142,12 @@ def defined_attributes(integration: Integration, key: str) -> dict[str, str]:
     return found
 
 
-def _column_types(integration: Integration) -> tuple[dict[str, str], list[str]]:
+def _column_types(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
     """The source's columns (upper case) → the service's data_type, where one is known."""
     try:
-        engine = warehouse_engine(integration)
+        engine = warehouse_engine(plan.integration)
         try:
-            spec = prepare(integration, RunOptions(dry_run=True)).spec
-            schema = describe(engine, spec, None)
+            schema = describe(engine, plan.spec, None)
         finally:
             duckdb_turns.release(engine)
             engine.dispose()
