@@ -16,7 +16,7 @@ from engage_sandbox.state.seed import load_seed
 from engage_sync.config import yaml_text
 from engage_sync.config.files import load_integration, parse_integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BLOCKS = re.findall(r"```ya?ml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
 BASE = {"kind": "attributes", "source": {"table": "USERS_SYNC"}}
 
