@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import yaml
 
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.run_options import RunOptions
@@ -133,6 +134,21 @@ def test_leaving_more_memberships_than_max_leaves_stops_before_any_request(
         _run(path, state)
     assert len(service.requests()) == requests
     assert "100 memberships" in str(refused.value) and "max_leaves" in str(refused.value)
+
+
+def test_memberships_moved_to_another_attribute_are_all_sent_there(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    rows = [{"user_id": f"u{i:05d}", "audience": AUDIENCES[i % 3]} for i in range(300)]
+    path = _model(warehouse, service, tmp_path, rows, ARRAY)
+    _run(path, state)
+    path = write_integration(tmp_path, "segments", {
+        **yaml.safe_load(path.read_text()), "audience": {**ARRAY, "attribute": "segments"}})
+    moved = _run(path, state)
+    assert moved["rows_synced"] == 300 and _points(service) == 600
+    profile = service.profile("u00004")
+    assert profile is not None and profile["attributes"]["segments"] == ["vip"]
+    assert _run(path, state)["rows_read"] == 0
 
 
 def test_a_name_column_missing_from_the_model_is_named(

@@ -33,13 +33,18 @@ MEMBER = "engage_member"
 
 
 def audience_layout(integration: Integration) -> Layout:
-    """The snapshot of an audience integration: keyed by (user, audience)."""
-    section = integration.snapshot
+    """The snapshot of an audience integration: keyed by (user, audience). Its membership
+    digest is named after where the service keeps memberships (`as` and the attribute, or the
+    prefix): a file that moves them elsewhere finds every pair's digest missing, so the next
+    run sends every membership again, to the new place."""
+    section, audience = integration.snapshot, integration.audience
+    assert audience is not None
+    kept = f"{audience.as_}:{audience.attribute_of('')}"
     return Layout(
         integration=integration.name,
         schema=section.schema_name if section is not None else None,
         ids=(*integration.identifier_columns, AUDIENCE),
-        attributes=(Attribute(MEMBER, MEMBER),),
+        attributes=(Attribute(MEMBER, kept),),
     )
 
 
