@@ -70,7 +70,7 @@ def snapshot_problem(changes: Changes, kind: str, mapped: bool, sub_groups: bool
                     "(the model's whole result compared with the snapshot) or remove it")
         return None
     if kind not in ("attributes", "audience"):
-        return (f"'changes: snapshot' is for kind 'attributes', not '{kind}'; "
+        return (f"'changes: snapshot' is for kinds 'attributes' and 'audience', not '{kind}'; "
                 "set 'changes: cursor' (the default)")
     if not mapped:
         return ("'changes: snapshot' needs 'mapping' (an identifier and attribute columns), "
