@@ -36,13 +36,13 @@ def _memberships(n: int = USERS) -> list[dict[str, Any]]:
 
 
 def _model(wh: Warehouse, svc: Service, folder: Path, rows: list[dict[str, Any]],
-           audience: dict[str, Any], **extra: Any) -> Path:
+           audience: dict[str, Any], user: str = "user_id", **extra: Any) -> Path:
     wh.create("audiences", [("user_id", sa.String()), ("audience", sa.String())])
     wh.insert("audiences", rows)
     return write_integration(folder, "segments", {
         "kind": "audience", "warehouse": {"url": wh.url},
         "source": {"table": "audiences"},
-        "mapping": {"identifier": {"external_id": "user_id"}},
+        "mapping": {"identifier": {"external_id": user}},
         "audience": audience,
         "service": {"base_url": svc.base_url, "retry_deadline_seconds": 60}, **extra})
 
@@ -128,8 +128,10 @@ def test_leaving_more_memberships_than_max_leaves_stops_before_any_request(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
 ) -> None:
     rows = [{"user_id": f"u{i:05d}", "audience": AUDIENCES[i % 3]} for i in range(300)]
-    path = _model(warehouse, service, tmp_path, rows, ARRAY, max_leaves=20)
+    path = _model(warehouse, service, tmp_path, rows,  # names as dbt's docs spell them
+                  {**ARRAY, "name_column": "AUDIENCE"}, user="USER_ID", max_leaves=20)
     _run(path, state)
+    assert _points(service) == 300
     requests = len(service.requests())
     warehouse.execute("DELETE FROM audiences WHERE audience = 'vip'")
     with pytest.raises(ConfigError) as refused:
