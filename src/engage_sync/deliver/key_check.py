@@ -2,7 +2,9 @@
 
 A run with nothing to send would never learn that its key is wrong, and would read as a
 success. So before it reads, a run asks once: `GET /custom_attributes`, one page of a read in
-a rate group no run sends to (the `/users/track` budget and its counts are untouched).
+a rate group no run sends to (the `/users/track` budget and its counts are untouched). The
+runs of a folder ask once per service and key within a few minutes: the first answer, kept by
+`deliver/definitions.py`, stands for the others.
 
 Invariants:
 - only a 401 refuses the key (FatalDeliveryError): a 403 is a key the service knows without
