@@ -10,19 +10,19 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from engage_sync.adapters.wiring import warehouse_engine
+from engage_sync.adapters.resources import warehouse_engine, writeback_engine
 from engage_sync.config.integration import Integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import SourceError
 from engage_sync.read import duckdb_turns
 from engage_sync.read.extract import connected
 from engage_sync.read.plan import prepare
-from engage_sync.writeback.writer import target_engine
 from tests.integration.conftest import load, write_integration
 
 
@@ -85,14 +85,16 @@ def test_another_process_holding_the_file_is_waited_for(tmp_path: Path, opened_b
     path = table_file(tmp_path)
     integration = users(tmp_path, path, lock_wait_seconds=60)
     proc = holder(path, 1.5)
-    engine = (warehouse_engine if opened_by == "the run" else target_engine)(integration)
-    try:
+    with ExitStack() as held:
+        held.callback(proc.wait, 30)
+        if opened_by == "the run":
+            engine = warehouse_engine(integration)
+            held.callback(duckdb_turns.release, engine)
+        else:
+            engine = held.enter_context(writeback_engine(integration))
         with engine.connect() as conn:
             assert proc.poll() is not None  # opened only once the other process let go
             assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 1
-    finally:
-        duckdb_turns.release(engine)
-        proc.wait(30)
 
 
 def test_a_lock_held_past_the_wait_is_a_source_error_naming_the_key(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The shared resources a run uses, opened in one place: the state store, the warehouse's
-engine, and the link to the service (the HTTP transport, the API key, the rate budgets).
+engine, the write-back's engines, and the link to the service (the HTTP transport, the API
+key, the rate budgets).
 
 Invariants: each is made here from the run's plan and this process's environment (or
 Prefect's Secret blocks, handed in), once per run, and closed by whoever opened it; no
@@ -86,6 +87,31 @@ def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.En
         raise ConfigError(
             f"integration {integration.name}: cannot use warehouse URL "
             f"{secrets.redact_url(url)}: {exc}", key="warehouse.url") from exc
+
+
+@contextmanager
+def writeback_engine(integration: Integration, source: bool = False) -> Iterator[sa.Engine]:
+    """The engine of the write-back's target (`writeback/writer.py` is handed this opener):
+    `writeback.url`, else the warehouse's URL, with their connect_args (`source`: the
+    warehouse's); SQL parameters hidden from its errors; a DuckDB file's turn released on
+    exit."""
+    wb = integration.writeback
+    assert wb is not None
+    url, args, key = ((wb.url, wb.connect_args or {}, "writeback.url") if wb.url and not source
+                      else
+                      (integration.warehouse.url, integration.warehouse.connect_args,
+                       "warehouse.url"))
+    expanded = secrets.expand(url, integration=integration.name, key=key)
+    connect_args: dict[str, Any] = dict(secrets.expand_all(
+        dict(args), integration=integration.name, key=key.replace("url", "connect_args")))
+    engine = sa.create_engine(expanded, hide_parameters=True,
+                              **({"connect_args": connect_args} if connect_args else {}))
+    if engine.dialect.name == "duckdb":
+        duckdb_turns.take_turns(engine, integration.warehouse.lock_wait_seconds)
+    try:
+        yield engine
+    finally:
+        duckdb_turns.release(engine)
 
 
 def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:

@@ -27,6 +27,7 @@ from engage_sync.adapters.resources import (
     portable_url,
     service_link,
     warehouse_engine,
+    writeback_engine,
 )
 from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config.files import load_integration
@@ -144,7 +145,7 @@ def _written_back(plan: RunPlan, store: StateStore, since: datetime) -> Iterator
         raise
     finally:
         if ended and not plan.options.dry_run:
-            written.error = write_back(plan, store, since)
+            written.error = write_back(plan, store, since, writeback_engine)
 
 
 def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudgets | None,
