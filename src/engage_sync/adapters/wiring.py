@@ -155,7 +155,8 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
           blocks: SecretBlocks | None) -> RunResult:
     """Everything that stops the run before its loop opens a run row is recorded at once
     (`failures.recorded`): the warehouse, the CPU setting, the key, the budgets, the
-    transport, the key check (before anything is read) and the schema guard."""
+    transport, the key check (before anything is read), the schema guard, the type check, the
+    partitions and the spend cap."""
     if plan.options.dry_run:
         return _dry_run(plan, store, clock)
     with ExitStack() as held:
@@ -168,9 +169,10 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
             guard_schema(plan, engine, store)
             check_types(plan, link.answer, store, link.transport, link.api_key,
                         engine)
+            count = count_for(store, plan)  # a kind that cannot be split so: ConfigError
             spend = spend_cap.reserve(plan, engine, store, clock)
         seen.start(plan, engine)
-        result = _send(path, plan, runner, stop, pin, Deps(
+        result = _send(path, plan, count, runner, stop, pin, Deps(
             engine=engine, state=store, transport=link.transport, api_key=link.api_key,
             budgets=link.budgets, on_progress=on_progress, clock=clock, stop=stop))
     spend_cap.settle(store, spend, result)
@@ -190,14 +192,12 @@ def _dry_run(plan: RunPlan, store: StateStore, clock: Callable[[], datetime]) ->
         duckdb_turns.release(engine)
 
 
-def _send(path: str | Path, plan: RunPlan, runner: Runner | None, stop: StopRequest | None,
-          pin: str | None, deps: Deps) -> dict[str, Any]:
+def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,
+          stop: StopRequest | None, pin: str | None, deps: Deps) -> dict[str, Any]:
     """The rows of failed requests first (incremental and full-resync runs), then the run
-    itself: partitioned (`runner` executes the partitions), or in this process, on the CPU
+    itself: in `count` partitions (`runner` executes them), or in this process, on the CPU
     `pin` names (`cpu_affinity`; a partitioned run is never pinned)."""
     store, integration = deps.state, plan.integration
-    state_url = portable_url(store)  # for partitions in other threads or processes
-    count = count_for(store, plan)
     if stop is not None and count == 1:  # a partitioned run stops as a crash does
         stop.arm(integration.service.timeout_seconds + STOP_MARGIN)
     with run_pin(pin if count == 1 else None):
@@ -206,9 +206,9 @@ def _send(path: str | Path, plan: RunPlan, runner: Runner | None, stop: StopRequ
         if count == 1:
             return sync_of(plan)(plan, deps)  # by its cursor or by its snapshot
     execute = (runner or threads_runner)(integration, deps.budgets)
-    with recorded(store, plan.name, plan.options.mode, only=ConfigError):  # a kind not split
-        return run_partitioned(str(Path(path).resolve()), plan, store, deps.engine, count,
-                               execute, deps.clock, state_url, deps.on_progress)
+    state_url = portable_url(store)  # for partitions in other threads or processes
+    return run_partitioned(str(Path(path).resolve()), plan, store, deps.engine, count, execute,
+                           deps.clock, state_url, deps.on_progress)
 
 
 def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
