@@ -30,6 +30,7 @@ from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError
 from engage_sync.read import duckdb_turns, key_digest
+from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
@@ -61,12 +62,14 @@ def portable_url(store: StateStore) -> SecretStr:
     return SecretStr(url.render_as_string(hide_password=False))
 
 
-def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.Engine:
-    """The warehouse's engine; `read_only` opens a DuckDB file read-only, so that several
-    processes (the workers of a partitioned run) may read it at once."""
+def warehouse_engine(plan: RunPlan, read_only: bool = False) -> sa.Engine:
+    """The warehouse's engine, with the connect_args the plan expanded; `read_only` opens a
+    DuckDB file read-only, so that several processes (the workers of a partitioned run) may
+    read it at once."""
+    integration = plan.integration
     url = secrets.expand(integration.warehouse.url, integration=integration.name,
                          key="warehouse.url")
-    connect_args = secrets.connect_args(integration.warehouse.connect_args, integration.name)
+    connect_args = dict(plan.spec.connect_args)
     try:
         duckdb = url.startswith("duckdb:")
         if read_only and duckdb:

@@ -161,7 +161,7 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
         return _dry_run(plan, store, clock)
     with ExitStack() as held:
         with recorded(store, plan.name, plan.options.mode):
-            engine = warehouse_engine(plan.integration)
+            engine = warehouse_engine(plan)
             held.callback(duckdb_turns.release, engine)
             pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
             link = held.enter_context(service_link(plan.integration, budgets, blocks,
@@ -184,7 +184,7 @@ def _dry_run(plan: RunPlan, store: StateStore, clock: Callable[[], datetime]) ->
     """Read and pack, sending and recording nothing, not even a changed schema (a warehouse
     out of reach is recorded, as for any run)."""
     with recorded(store, plan.name, plan.options.mode):
-        engine = warehouse_engine(plan.integration)
+        engine = warehouse_engine(plan)
     try:
         guard_schema(plan, engine, store, record=False)
         return RunResult(plan.name, dry_run=dry_run(plan, engine, store, clock=clock))
@@ -227,7 +227,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
                 "this worker uses holds no run of its coordinator; give the workers the same "
                 "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
         plan = prepare(load_integration(job.path), job.options())
-        engine = warehouse_engine(plan.integration, read_only=job.read_only)
+        engine = warehouse_engine(plan, read_only=job.read_only)
         try:
             with service_link(plan.integration, budgets, blocks) as link:
                 deps = Deps(engine=engine, state=store, transport=link.transport,
