@@ -207,8 +207,9 @@ def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,
             return sync_of(plan)(plan, deps)  # by its cursor or by its snapshot
     execute = (runner or threads_runner)(integration, deps.budgets)
     state_url = portable_url(store)  # for partitions in other threads or processes
-    return run_partitioned(str(Path(path).resolve()), plan, store, deps.engine, count, execute,
-                           deps.clock, state_url, deps.on_progress)
+    with recorded(store, plan.name, plan.options.mode, only=ConfigError):  # the task runner's
+        return run_partitioned(str(Path(path).resolve()), plan, store, deps.engine, count,
+                               execute, deps.clock, state_url, deps.on_progress)
 
 
 def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
