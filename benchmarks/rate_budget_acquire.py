@@ -80,7 +80,8 @@ def main() -> None:
     local = RateBudget(HUGE, 1.0)
     print(f"local: acquire {micros(local.acquire, args.acquires, args.runs):.1f} µs")
     with servers(args.postgres_url, args.redis_url) as (pg_url, redis_url):
-        for store in (PostgresTokenStore(pg_url), RedisTokenStore(redis_url)):
+        stores = (PostgresTokenStore(pg_url, "postgres"), RedisTokenStore(redis_url, "redis"))
+        for store in stores:
             figures = measure(store, args.acquires, args.runs)
             store.close()
             for what, us in figures.items():

@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from engage_sync.adapters.wiring import open_state, sync_file
+from engage_sync.adapters.resources import open_state, writeback_engine
+from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.files import load_integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.read.plan import prepare
@@ -46,13 +47,13 @@ def main(work: Path) -> None:
     record = sync_file(path, store=store).record
     assert record is not None and record["rows_rejected"] == ROWS, record
     integration = load_integration(path)
-    engine = writer.target_engine(integration)
-    keys = writer.key_names(prepare(integration, RunOptions()), engine)
     times = []
-    for _ in range(5):
-        started = time.perf_counter()
-        writer._write_run(engine, integration, store, record["run_id"], keys)
-        times.append(time.perf_counter() - started)
+    with writeback_engine(integration) as engine:
+        keys = writer.key_names(prepare(integration, RunOptions()), engine, writeback_engine)
+        for _ in range(5):
+            started = time.perf_counter()
+            writer._write_run(engine, integration, store, record["run_id"], keys)
+            times.append(time.perf_counter() - started)
     print(f"write-back of {ROWS:,} outcomes: median {statistics.median(times):.3f} s "
           f"({', '.join(f'{t:.3f}' for t in times)})")
 

@@ -40,18 +40,20 @@ def budgets_for(integration: Integration, given: RateBudgets | None = None) -> R
     with _STORES_LOCK:
         store = _STORES.get((cfg.backend, url))
         if store is None:
-            store = _STORES[(cfg.backend, url)] = _open_store(cfg.backend, url)
+            shown = secrets.redact_url(url)  # how messages and reprs name the store
+            store = _STORES[(cfg.backend, url)] = _open_store(cfg.backend, url, shown)
     if isinstance(given, SharedRateBudgets) and given.store is store:
         return given
     return SharedRateBudgets(store, block=cfg.block)
 
 
-def _open_store(backend: str, url: str) -> TokenStore:
-    """The store client (connections are opened lazily, at the first take)."""
+def _open_store(backend: str, url: str, shown: str) -> TokenStore:
+    """The store client (connections are opened lazily, at the first take); `shown`: its URL
+    as messages name it, the password hidden."""
     if backend == "postgres":
         from engage_sync.deliver.store_postgres import PostgresTokenStore
 
-        return PostgresTokenStore(url)
+        return PostgresTokenStore(url, shown)
     from engage_sync.deliver.store_redis import RedisTokenStore
 
-    return RedisTokenStore(url)
+    return RedisTokenStore(url, shown)

@@ -139,7 +139,7 @@ def defined_attributes(integration: Integration, key: str,
 def _column_types(plan: RunPlan) -> tuple[dict[str, str], list[str]]:
     """The source's columns (upper case) → the service's data_type, where one is known."""
     try:
-        engine = warehouse_engine(plan.integration)
+        engine = warehouse_engine(plan)
         try:
             schema = describe(engine, plan.spec, None)
         finally:

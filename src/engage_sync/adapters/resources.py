@@ -1,5 +1,6 @@
 """The shared resources a run uses, opened in one place: the state store, the warehouse's
-engine, and the link to the service (the HTTP transport, the API key, the rate budgets).
+engine, the write-back's engines, and the link to the service (the HTTP transport, the API
+key, the rate budgets).
 
 Invariants: each is made here from the run's plan and this process's environment (or
 Prefect's Secret blocks, handed in), once per run, and closed by whoever opened it; no
@@ -30,6 +31,7 @@ from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError
 from engage_sync.read import duckdb_turns, key_digest
+from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
@@ -61,12 +63,14 @@ def portable_url(store: StateStore) -> SecretStr:
     return SecretStr(url.render_as_string(hide_password=False))
 
 
-def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.Engine:
-    """The warehouse's engine; `read_only` opens a DuckDB file read-only, so that several
-    processes (the workers of a partitioned run) may read it at once."""
+def warehouse_engine(plan: RunPlan, read_only: bool = False) -> sa.Engine:
+    """The warehouse's engine, with the connect_args the plan expanded; `read_only` opens a
+    DuckDB file read-only, so that several processes (the workers of a partitioned run) may
+    read it at once."""
+    integration = plan.integration
     url = secrets.expand(integration.warehouse.url, integration=integration.name,
                          key="warehouse.url")
-    connect_args = secrets.connect_args(integration.warehouse.connect_args, integration.name)
+    connect_args = dict(plan.spec.connect_args)
     try:
         duckdb = url.startswith("duckdb:")
         if read_only and duckdb:
@@ -87,6 +91,31 @@ def warehouse_engine(integration: Integration, read_only: bool = False) -> sa.En
         raise ConfigError(
             f"integration {integration.name}: cannot use warehouse URL "
             f"{secrets.redact_url(url)}: {exc}", key="warehouse.url") from exc
+
+
+@contextmanager
+def writeback_engine(integration: Integration, source: bool = False) -> Iterator[sa.Engine]:
+    """The engine of the write-back's target (`writeback/writer.py` is handed this opener):
+    `writeback.url`, else the warehouse's URL, with their connect_args (`source`: the
+    warehouse's); SQL parameters hidden from its errors; a DuckDB file's turn released on
+    exit."""
+    wb = integration.writeback
+    assert wb is not None
+    url, args, key = ((wb.url, wb.connect_args or {}, "writeback.url") if wb.url and not source
+                      else
+                      (integration.warehouse.url, integration.warehouse.connect_args,
+                       "warehouse.url"))
+    expanded = secrets.expand(url, integration=integration.name, key=key)
+    connect_args: dict[str, Any] = dict(secrets.expand_all(
+        dict(args), integration=integration.name, key=key.replace("url", "connect_args")))
+    engine = sa.create_engine(expanded, hide_parameters=True,
+                              **({"connect_args": connect_args} if connect_args else {}))
+    if engine.dialect.name == "duckdb":
+        duckdb_turns.take_turns(engine, integration.warehouse.lock_wait_seconds)
+    try:
+        yield engine
+    finally:
+        duckdb_turns.release(engine)
 
 
 def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:

@@ -27,6 +27,7 @@ from engage_sync.adapters.resources import (
     portable_url,
     service_link,
     warehouse_engine,
+    writeback_engine,
 )
 from engage_sync.adapters.stop_signal import stop_on_sigterm
 from engage_sync.config.files import load_integration
@@ -147,7 +148,7 @@ def _written_back(plan: RunPlan, store: StateStore, since: datetime) -> Iterator
         raise
     finally:
         if ended and not plan.options.dry_run:
-            written.error = write_back(plan, store, since)
+            written.error = write_back(plan, store, since, writeback_engine)
 
 
 def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudgets | None,
@@ -157,12 +158,13 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
           blocks: SecretBlocks | None, definitions: DefinitionsCache | None) -> RunResult:
     """Everything that stops the run before its loop opens a run row is recorded at once
     (`failures.recorded`): the warehouse, the CPU setting, the key, the budgets, the
-    transport, the key check (before anything is read) and the schema guard."""
+    transport, the key check (before anything is read), the schema guard, the type check, the
+    partitions and the spend cap."""
     if plan.options.dry_run:
         return _dry_run(plan, store, clock)
     with ExitStack() as held:
         with recorded(store, plan.name, plan.options.mode):
-            engine = warehouse_engine(plan.integration)
+            engine = warehouse_engine(plan)
             held.callback(duckdb_turns.release, engine)
             pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
             link = held.enter_context(service_link(plan.integration, budgets, blocks,
@@ -170,9 +172,10 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
             guard_schema(plan, engine, store)
             check_types(plan, link.definitions, store, link.transport, link.api_key,
                         engine)
+            count = count_for(store, plan)  # a kind that cannot be split so: ConfigError
             spend = spend_cap.reserve(plan, engine, store, clock)
         seen.start(plan, engine)
-        result = _send(path, plan, runner, stop, pin, Deps(
+        result = _send(path, plan, count, runner, stop, pin, Deps(
             engine=engine, state=store, transport=link.transport, api_key=link.api_key,
             budgets=link.budgets, on_progress=on_progress, clock=clock, stop=stop))
     spend_cap.settle(store, spend, result)
@@ -184,7 +187,7 @@ def _dry_run(plan: RunPlan, store: StateStore, clock: Callable[[], datetime]) ->
     """Read and pack, sending and recording nothing, not even a changed schema (a warehouse
     out of reach is recorded, as for any run)."""
     with recorded(store, plan.name, plan.options.mode):
-        engine = warehouse_engine(plan.integration)
+        engine = warehouse_engine(plan)
     try:
         guard_schema(plan, engine, store, record=False)
         return RunResult(plan.name, dry_run=dry_run(plan, engine, store, clock=clock))
@@ -192,14 +195,12 @@ def _dry_run(plan: RunPlan, store: StateStore, clock: Callable[[], datetime]) ->
         duckdb_turns.release(engine)
 
 
-def _send(path: str | Path, plan: RunPlan, runner: Runner | None, stop: StopRequest | None,
-          pin: str | None, deps: Deps) -> dict[str, Any]:
+def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,
+          stop: StopRequest | None, pin: str | None, deps: Deps) -> dict[str, Any]:
     """The rows of failed requests first (incremental and full-resync runs), then the run
-    itself: partitioned (`runner` executes the partitions), or in this process, on the CPU
+    itself: in `count` partitions (`runner` executes them), or in this process, on the CPU
     `pin` names (`cpu_affinity`; a partitioned run is never pinned)."""
     store, integration = deps.state, plan.integration
-    state_url = portable_url(store)  # for partitions in other threads or processes
-    count = count_for(store, plan)
     if stop is not None and count == 1:  # a partitioned run stops as a crash does
         stop.arm(integration.service.timeout_seconds + STOP_MARGIN)
     with run_pin(pin if count == 1 else None):
@@ -208,7 +209,8 @@ def _send(path: str | Path, plan: RunPlan, runner: Runner | None, stop: StopRequ
         if count == 1:
             return sync_of(plan)(plan, deps)  # by its cursor or by its snapshot
     execute = (runner or threads_runner)(integration, deps.budgets)
-    with recorded(store, plan.name, plan.options.mode, only=ConfigError):  # a kind not split
+    state_url = portable_url(store)  # for partitions in other threads or processes
+    with recorded(store, plan.name, plan.options.mode, only=ConfigError):  # the task runner's
         return run_partitioned(str(Path(path).resolve()), plan, store, deps.engine, count,
                                execute, deps.clock, state_url, deps.on_progress)
 
@@ -229,7 +231,7 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
                 "this worker uses holds no run of its coordinator; give the workers the same "
                 "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
         plan = prepare(load_integration(job.path), job.options())
-        engine = warehouse_engine(plan.integration, read_only=job.read_only)
+        engine = warehouse_engine(plan, read_only=job.read_only)
         try:
             with service_link(plan.integration, budgets, blocks) as link:
                 deps = Deps(engine=engine, state=store, transport=link.transport,

@@ -13,7 +13,6 @@ import threading
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from engage_sync.config.secrets import redact_url
 from engage_sync.deliver.budget_store import STORE_DEADLINE, guarded
 
 TABLE = "engage_sync_rate_budget"
@@ -47,8 +46,8 @@ class PostgresTokenStore:
 
     backend = "postgres"
 
-    def __init__(self, url: str, deadline: float = STORE_DEADLINE) -> None:
-        self.url = redact_url(url)
+    def __init__(self, url: str, shown: str, deadline: float = STORE_DEADLINE) -> None:
+        self.url = shown  # the URL as messages name it, its password hidden (by the opener)
         self.deadline = deadline  # seconds a call waits for the store to come back
         parsed = sa.engine.make_url(url)
         if parsed.drivername in ("postgresql", "postgres"):

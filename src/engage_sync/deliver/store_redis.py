@@ -13,7 +13,6 @@ from typing import Any
 import redis
 from redis.exceptions import RedisError
 
-from engage_sync.config.secrets import redact_url
 from engage_sync.deliver.budget_store import STORE_DEADLINE, guarded
 
 PREFIX = "engage-sync:rate:"
@@ -50,8 +49,8 @@ class RedisTokenStore:
 
     backend = "redis"
 
-    def __init__(self, url: str, deadline: float = STORE_DEADLINE) -> None:
-        self.url = redact_url(url)
+    def __init__(self, url: str, shown: str, deadline: float = STORE_DEADLINE) -> None:
+        self.url = shown  # the URL as messages name it, its password hidden (by the opener)
         self.deadline = deadline  # seconds a call waits for the store to come back
         self._client: Any = redis.Redis.from_url(
             url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S)

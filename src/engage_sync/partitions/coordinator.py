@@ -109,19 +109,26 @@ def partitions_to_run(asked: int, children: Sequence[str], parent_touched: bool)
 
 def count_for(store: StateStore, plan: RunPlan) -> int:
     """The partitions this start of the plan's integration runs (see `partitions_to_run`),
-    with a log line when an unfinished run decides it against what was asked."""
+    with a log line when an unfinished run decides it against what was asked. Raises
+    ConfigError when the integration cannot run in that many (`partition_problem`): asked
+    before anything is read or sent, with the run's other settings."""
     integration, options, asked = plan.integration, plan.options, plan.partitions
     run = store.unfinished_run(integration.name, options.mode, options.scope)
-    if run is None:
-        return asked
+    count = asked if run is None else _resumed_count(store, run, asked)
+    if run is not None and count != asked:
+        log.info("integration %s: resuming unfinished run %s in %d partition(s), as it was "
+                 "opened (asked: %d)", integration.name, run["seq"], count, asked)
+    problem = partition_problem(integration, count)
+    if problem is not None:
+        raise ConfigError(f"integration {plan.name}: {problem}", key="partitions")
+    return count
+
+
+def _resumed_count(store: StateStore, run: dict[str, Any], asked: int) -> int:
     children = [r["integration"] for r in store.partition_runs(run["run_id"])]
     counts = store.counts(run["run_id"])
     touched = bool(run["requests_sent"] or counts.rejected or counts.failed or counts.in_doubt)
-    count = partitions_to_run(asked, children, touched)
-    if count != asked:
-        log.info("integration %s: resuming unfinished run %s in %d partition(s), as it was "
-                 "opened (asked: %d)", integration.name, run["seq"], count, asked)
-    return count
+    return partitions_to_run(asked, children, touched)
 
 
 @dataclass
@@ -189,13 +196,10 @@ def run_partitioned(path: str, plan: RunPlan, store: StateStore, engine: Engine,
                     on_progress: Callable[[dict[str, int]], None] | None = None
                     ) -> dict[str, Any]:
     """Open (or resume) the parent run, run its unfinished partitions through `execute`, move
-    the cursor as they settle, and finish the parent with their summed record. Raises
-    ConfigError when the kind cannot be partitioned, PartitionStopped (the run left resumable)
-    when a partition stopped early."""
+    the cursor as they settle, and finish the parent with their summed record. `count` is
+    `count_for`'s, checked there. Raises PartitionStopped (the run left resumable) when a
+    partition stopped early."""
     integration, options, name = plan.integration, plan.options, plan.name
-    problem = partition_problem(integration, count)
-    if problem is not None:
-        raise ConfigError(f"integration {name}: {problem}", key="partitions")
     owner = new_owner()
     stored = key_digest.stored_cursor(store, integration)
     opened = open_run(store, name, options.mode, options.scope, True,

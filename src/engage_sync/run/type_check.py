@@ -24,10 +24,8 @@ from typing import Any
 import httpx
 from sqlalchemy.engine import Engine
 
-from engage_sync.config.integration import Integration
 from engage_sync.deliver.definitions import Definitions, get_page
 from engage_sync.errors import ConfigError
-from engage_sync.kinds import kind_of
 from engage_sync.read.array_lengths import longest
 from engage_sync.read.plan import RunPlan
 from engage_sync.read.source_schema import PAYLOAD_PREFIX
@@ -58,7 +56,7 @@ def check_types(plan: RunPlan, found: Definitions | None, state: StateStore,
         log.warning("integration %s: the API key may not read GET /custom_attributes (403): "
                     "the attributes' types were not checked; the run goes on", integration.name)
         return
-    sent = sent_attributes(integration, state.source_schema(integration.name) or {})
+    sent = sent_attributes(plan, state.source_schema(integration.name) or {})
     if found.status != 200 or not sent:
         return
     defined = found.read(get_page(transport, integration.service, api_key), set(sent))
@@ -72,11 +70,10 @@ def check_types(plan: RunPlan, found: Definitions | None, state: StateStore,
             "source (or set attribute_types: off to send anyway; the service drops such values)")
 
 
-def sent_attributes(integration: Integration, schema: dict[str, str]
-                    ) -> dict[str, tuple[str, str]]:
+def sent_attributes(plan: RunPlan, schema: dict[str, str]) -> dict[str, tuple[str, str]]:
     """attribute name → (column or payload key, its type text) of what the run sends."""
-    m = integration.mapping
-    if not kind_of(integration).diffable:  # objects of attributes, not events or purchases
+    m = plan.integration.mapping
+    if not plan.kind.diffable:  # objects of attributes, not events or purchases
         return {}
     if m is None:
         return {key[len(PAYLOAD_PREFIX):]: (key, text) for key, text in schema.items()

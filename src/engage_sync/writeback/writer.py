@@ -10,12 +10,16 @@ Invariants:
   which first deletes what an interrupted write-back of the same run left, so writing a run
   twice leaves it once;
 - the target is the integration's own warehouse (URL and connect_args) unless
-  `writeback.url` names another; the tables are created, and key columns added, as needed.
+  `writeback.url` names another; the tables are created, and key columns added, as needed;
+- its engines are opened and released by the opener handed in (`adapters/resources.py`
+  opens every engine of a run), so this module only writes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import replace
 from datetime import UTC, datetime
 from itertools import chain
@@ -29,7 +33,6 @@ from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.config.writeback import OUTCOMES_TABLE
 from engage_sync.cursor.null_keys import NULL_KEY
-from engage_sync.read import duckdb_turns
 from engage_sync.read.extract import resolve_columns
 from engage_sync.read.key_digest import stored_cursor
 from engage_sync.read.plan import RunPlan
@@ -40,7 +43,13 @@ from engage_sync.writeback import tables
 log = logging.getLogger("engage_sync.writeback")
 
 
-def write_back(plan: RunPlan, store: StateStore, finished_since: datetime) -> str | None:
+Opener = Callable[[Integration, bool], AbstractContextManager[Engine]]
+"""Opens an engine for the write-back, released on exit: its target, or (True) the run's
+source warehouse (`adapters.resources.writeback_engine`)."""
+
+
+def write_back(plan: RunPlan, store: StateStore, finished_since: datetime,
+               open_engine: Opener) -> str | None:
     """Write back the plan's integration's runs that ended since `finished_since` and those
     left pending by earlier runs; never raises. Returns the error, or None when all were
     written (or write-back is off)."""
@@ -54,19 +63,17 @@ def write_back(plan: RunPlan, store: StateStore, finished_since: datetime) -> st
         return _short(exc)
     if not run_ids:
         return None
-    try:
-        engine = target_engine(integration)
-    except Exception as exc:
-        return _failed(integration, store, run_ids, exc)
-    try:
-        return _write_runs(plan, store, engine, run_ids)
-    finally:
-        duckdb_turns.release(engine)
+    with ExitStack() as opened:
+        try:
+            engine = opened.enter_context(open_engine(integration, False))
+        except Exception as exc:
+            return _failed(integration, store, run_ids, exc)
+        return _write_runs(plan, store, engine, run_ids, open_engine)
 
 
-def _write_runs(plan: RunPlan, store: StateStore, engine: Engine, run_ids: list[str]
-                ) -> str | None:
-    integration, keys = plan.integration, key_names(plan, engine)
+def _write_runs(plan: RunPlan, store: StateStore, engine: Engine, run_ids: list[str],
+                open_engine: Opener) -> str | None:
+    integration, keys = plan.integration, key_names(plan, engine, open_engine)
     for n, run_id in enumerate(run_ids):
         try:
             _write_run(engine, integration, store, run_id, keys)
@@ -76,25 +83,23 @@ def _write_runs(plan: RunPlan, store: StateStore, engine: Engine, run_ids: list[
     return None
 
 
-def key_names(plan: RunPlan, target: Engine) -> tuple[str, ...]:
+def key_names(plan: RunPlan, target: Engine, open_engine: Opener) -> tuple[str, ...]:
     """The key columns as the source spells them (so a quoted name is the source's own
-    identifier in every dialect); as declared when the source cannot be asked."""
+    identifier in every dialect); as declared when the source cannot be asked. The source is
+    the target, unless `writeback.url` names another database."""
     integration = plan.integration
     declared = tuple(integration.key_columns)
     assert integration.writeback is not None
-    engine = target
+    spec = replace(plan.spec, columns=declared)
     try:
-        spec = replace(plan.spec, columns=declared)
-        if integration.writeback.url is not None:
-            engine = target_engine(integration, source=True)
-        with engine.connect() as conn:
-            resolved = resolve_columns(conn, spec)
+        with ExitStack() as opened:
+            engine = target if integration.writeback.url is None else opened.enter_context(
+                open_engine(integration, True))
+            with engine.connect() as conn:
+                resolved = resolve_columns(conn, spec)
         return tuple(resolved[c] for c in declared)
     except Exception:
         return declared
-    finally:
-        if engine is not target:
-            duckdb_turns.release(engine)
 
 
 def _write_run(engine: Engine, integration: Integration, store: StateStore, run_id: str,
@@ -181,25 +186,6 @@ def _outcomes_table(conn: Connection, metadata: sa.MetaData, schema: str | None,
 def _ensure_schema(conn: Connection, schema: str | None) -> None:
     if schema is not None and not sa.inspect(conn).has_schema(schema):
         conn.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
-
-
-def target_engine(integration: Integration, source: bool = False) -> Engine:
-    """The engine of the write-back's target: `writeback.url`, else the warehouse's URL, with
-    their connect_args (`source`: the warehouse's); SQL parameters hidden from its errors."""
-    wb = integration.writeback
-    assert wb is not None
-    url, args, key = ((wb.url, wb.connect_args or {}, "writeback.url") if wb.url and not source
-                      else
-                      (integration.warehouse.url, integration.warehouse.connect_args,
-                       "warehouse.url"))
-    expanded = secrets.expand(url, integration=integration.name, key=key)
-    connect_args: dict[str, Any] = dict(secrets.expand_all(
-        dict(args), integration=integration.name, key=key.replace("url", "connect_args")))
-    engine = sa.create_engine(expanded, hide_parameters=True,
-                              **({"connect_args": connect_args} if connect_args else {}))
-    if engine.dialect.name == "duckdb":
-        duckdb_turns.take_turns(engine, integration.warehouse.lock_wait_seconds)
-    return engine
 
 
 def _failed(integration: Integration, store: StateStore, run_ids: list[str],

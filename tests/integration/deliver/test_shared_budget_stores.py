@@ -14,6 +14,7 @@ import pytest
 import redis as redis_py
 import sqlalchemy as sa
 
+from engage_sync.config.secrets import redact_url
 from engage_sync.deliver.store_postgres import TABLE, PostgresTokenStore
 from engage_sync.deliver.store_redis import RedisTokenStore
 from engage_sync.errors import RateBudgetUnavailable
@@ -34,8 +35,8 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 
 def open_store(url: str, deadline: float = 5.0) -> Store:
-    return (PostgresTokenStore(url, deadline) if url.startswith("postgresql")
-            else RedisTokenStore(url, deadline))
+    return (PostgresTokenStore(url, redact_url(url), deadline) if url.startswith("postgresql")
+            else RedisTokenStore(url, redact_url(url), deadline))
 
 
 @pytest.fixture
@@ -128,7 +129,7 @@ def test_concurrent_takers_of_two_clients_never_get_more_than_the_bucket_gives(
 def test_redis_reloads_its_script_after_the_server_forgot_it(redis: RedisServer) -> None:
     """redis-py's Script runs EVALSHA and loads the script again on NOSCRIPT: the pin on
     `redis` guards this."""
-    store = RedisTokenStore(redis.url)
+    store = RedisTokenStore(redis.url, redact_url(redis.url))
     k = key()
     assert store.take(k, 1, 10.0, 5)[0] == 1
     redis_py.Redis.from_url(redis.url).script_flush()
@@ -137,7 +138,7 @@ def test_redis_reloads_its_script_after_the_server_forgot_it(redis: RedisServer)
 
 
 def test_postgres_keeps_one_row_per_bucket(postgres_url: str) -> None:
-    store = PostgresTokenStore(postgres_url)
+    store = PostgresTokenStore(postgres_url, redact_url(postgres_url))
     k = key()
     for _ in range(3):
         store.take(k, 1, 10.0, 5)

@@ -10,20 +10,27 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import duckdb
 import pytest
+import sqlalchemy as sa
 
-from engage_sync.adapters.wiring import warehouse_engine
+from engage_sync.adapters import resources
+from engage_sync.adapters.resources import writeback_engine
 from engage_sync.config.integration import Integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import SourceError
 from engage_sync.read import duckdb_turns
 from engage_sync.read.extract import connected
 from engage_sync.read.plan import prepare
-from engage_sync.writeback.writer import target_engine
 from tests.integration.conftest import load, write_integration
+
+
+def opened(integration: Integration) -> sa.Engine:
+    """The warehouse's engine as a run opens it (from its plan)."""
+    return resources.warehouse_engine(prepare(integration, RunOptions()))
 
 
 def test_engines_of_one_file_open_and_close_side_by_side(tmp_path: Path) -> None:
@@ -36,7 +43,7 @@ def test_engines_of_one_file_open_and_close_side_by_side(tmp_path: Path) -> None
 
     def opens() -> None:
         for _ in range(200):
-            engine = warehouse_engine(integration)
+            engine = opened(integration)
             try:
                 with engine.connect() as conn:
                     conn.exec_driver_sql("SELECT x FROM t").all()
@@ -85,21 +92,23 @@ def test_another_process_holding_the_file_is_waited_for(tmp_path: Path, opened_b
     path = table_file(tmp_path)
     integration = users(tmp_path, path, lock_wait_seconds=60)
     proc = holder(path, 1.5)
-    engine = (warehouse_engine if opened_by == "the run" else target_engine)(integration)
-    try:
+    with ExitStack() as held:
+        held.callback(proc.wait, 30)
+        if opened_by == "the run":
+            engine = opened(integration)
+            held.callback(duckdb_turns.release, engine)
+        else:
+            engine = held.enter_context(writeback_engine(integration))
         with engine.connect() as conn:
             assert proc.poll() is not None  # opened only once the other process let go
             assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 1
-    finally:
-        duckdb_turns.release(engine)
-        proc.wait(30)
 
 
 def test_a_lock_held_past_the_wait_is_a_source_error_naming_the_key(tmp_path: Path) -> None:
     path = table_file(tmp_path)
     integration = users(tmp_path, path, lock_wait_seconds=0.5)
     proc = holder(path, 60)
-    engine = warehouse_engine(integration)
+    engine = opened(integration)
     try:
         started = time.monotonic()
         with pytest.raises(SourceError) as raised, connected(
@@ -117,8 +126,8 @@ def test_a_lock_held_past_the_wait_is_a_source_error_naming_the_key(tmp_path: Pa
 
 def test_a_wait_for_one_file_holds_up_no_open_of_another(tmp_path: Path) -> None:
     held_path, free_path = table_file(tmp_path / "held"), table_file(tmp_path / "free")
-    waiting = warehouse_engine(users(tmp_path / "held", held_path, lock_wait_seconds=60))
-    free = warehouse_engine(users(tmp_path / "free", free_path))
+    waiting = opened(users(tmp_path / "held", held_path, lock_wait_seconds=60))
+    free = opened(users(tmp_path / "free", free_path))
     proc = holder(held_path, 120)
     outcome: list[object] = []
 

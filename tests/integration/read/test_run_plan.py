@@ -1,5 +1,6 @@
-"""A run is prepared once: its file is read, its kind resolved and its source spec built once,
-and every stage takes the plan instead of deriving them again (`read/plan.py`).
+"""A run is prepared once: its file is read, its kind resolved, its source spec built and its
+warehouse's connect_args expanded once, and every stage takes the plan instead of deriving
+them again (`read/plan.py`).
 
 A partitioned run prepares once in the coordinator and once in each partition: a partition
 may run in another process (a Dask worker), which gets descriptors only, never objects, so it
@@ -16,6 +17,7 @@ import pytest
 from engage_sync import kinds
 from engage_sync.adapters import wiring
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config import secrets
 from engage_sync.config.run_options import RunOptions
 from engage_sync.read import plan
 from engage_sync.state.store import StateStore
@@ -24,7 +26,8 @@ from tests.integration.conftest import Service, Warehouse, event_rows, table_int
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How often the run reads its file, resolves its kind and builds its source spec."""
+    """How often the run reads its file, resolves its kind, builds its source spec and expands
+    its warehouse's connect_args."""
     counted: Counter[str] = Counter()
 
     def counting(name: str, real: Any) -> Any:
@@ -33,8 +36,10 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             return real(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(kinds, "kind_of", counting("kind", kinds.kind_of))
+    # the registry's lookup, which every `kind_of` goes through, however a module imported it
+    monkeypatch.setattr(kinds, "get", counting("kind", kinds.get))
     monkeypatch.setattr(plan, "source_spec", counting("spec", plan.source_spec))
+    monkeypatch.setattr(secrets, "connect_args", counting("args", secrets.connect_args))
     monkeypatch.setattr(wiring, "load_integration", counting("file", wiring.load_integration))
     return counted
 
@@ -49,7 +54,7 @@ def test_a_run_resolves_its_kind_and_source_spec_once(
                              writeback={})
     record = sync_file(path, options=RunOptions(mode=mode), store=state).record  # type: ignore[arg-type]
     assert record is not None and record["rows_synced"] == 120, record
-    assert calls == {"file": 1, "kind": 1, "spec": 1}
+    assert calls == {"file": 1, "kind": 1, "spec": 1, "args": 1}
 
 
 @pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
@@ -60,7 +65,7 @@ def test_a_dry_run_resolves_them_once_too(
     path = table_integration(warehouse, service, tmp_path, "events", event_rows(30))
     outcome = sync_file(path, options=RunOptions(dry_run=True), store=state)
     assert outcome.dry_run is not None and outcome.dry_run.rows == 30
-    assert calls == {"file": 1, "kind": 1, "spec": 1}
+    assert calls == {"file": 1, "kind": 1, "spec": 1, "args": 1}
 
 
 @pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
@@ -71,4 +76,5 @@ def test_a_partitioned_run_prepares_once_and_once_in_each_partition(
     path = table_integration(warehouse, service, tmp_path, "events", event_rows(200))
     record = sync_file(path, options=RunOptions(partitions=2), store=state).record
     assert record is not None and record["rows_synced"] == 200, record
-    assert calls == {"file": 3, "kind": 3, "spec": 3}  # the coordinator, then 2 partitions
+    # the coordinator, then 2 partitions
+    assert calls == {"file": 3, "kind": 3, "spec": 3, "args": 3}
