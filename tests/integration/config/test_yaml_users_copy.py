@@ -1,7 +1,7 @@
 """YAML that users copy works: every YAML block of the README and of docs/warehouses.md, and
-every file under config/ is read as engage-sync reads files (`${VAR}` references in flow style included) and accepted:
-an integration by the config model, a fragment of one merged into a minimal integration, a
-list of fault rules by the sandbox, the sandbox's seed by the sandbox."""
+every file under config/ is read as engage-sync reads files (`${VAR}` references in flow style
+included) and accepted: an integration by the config model, a fragment of one merged into a
+minimal integration, a list of fault rules by the sandbox, the sandbox's seed by the sandbox."""
 
 from __future__ import annotations
 
