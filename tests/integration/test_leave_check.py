@@ -4,6 +4,8 @@ only and clears what engage-sync set on the users gone from the table."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -67,9 +69,17 @@ def _leave_runs(state: StateStore) -> list[dict[str, Any]]:
     return [r for r in page(state, "people", None).results if r["run_id"] in ids]
 
 
+@pytest.fixture
+def schema(warehouse: Warehouse) -> Iterator[str]:
+    """A schema of the warehouse the write-back creates, dropped after the test."""
+    name = f"wbc_{uuid.uuid4().hex[:10]}"
+    yield name
+    warehouse.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
 def test_a_due_check_clears_only_what_engage_sync_set_on_the_users_gone(
     warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
-    sandbox_key: str, monkeypatch: pytest.MonkeyPatch
+    sandbox_key: str, monkeypatch: pytest.MonkeyPatch, schema: str
 ) -> None:
     reads: list[int] = []
     real = leave_check.read_keys
@@ -83,7 +93,7 @@ def test_a_due_check_clears_only_what_engage_sync_set_on_the_users_gone(
     seed_profiles(service, sandbox_key, [{"external_id": "u0001", "loyalty": "gold"},
                                          {"external_id": "x0001", "plan": "other"}])
     clock = Clock()
-    path = _integration(warehouse, service, tmp_path)
+    path = _integration(warehouse, service, tmp_path, writeback={"schema": schema})
     seeded = _points(service)
     _run(path, state, clock)  # sends everyone; the first check remembers who is there
     assert reads == [USERS]
@@ -104,6 +114,13 @@ def test_a_due_check_clears_only_what_engage_sync_set_on_the_users_gone(
     assert service.profile("x0001")["attributes"] == {"plan": "other"}  # type: ignore[index]
     (check,) = _leave_runs(state)
     assert check["rows_left"] == 50 and check["data_points_sent"] == 150
+    with warehouse.engine.connect() as conn:  # written back: its count, one outcome a leaver
+        assert conn.execute(sa.text(f"SELECT rows_left FROM {schema}.engage_sync_runs WHERE "
+                                    "run_id = :r"), {"r": check["run_id"]}).all() == [(50,)]
+        left = conn.execute(sa.text(f"SELECT user_id, outcome FROM {schema}."
+                                    "engage_sync_row_outcomes WHERE run_id = :r ORDER BY "
+                                    "user_id"), {"r": check["run_id"]}).all()
+    assert left == [(f"u{i:04d}", "left") for i in range(50)]
 
     clock.now += timedelta(days=1)  # the leavers were cleared: the next check sends nothing
     requests = len(service.requests())

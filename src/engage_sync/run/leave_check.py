@@ -195,8 +195,12 @@ class LeaveRun(Run):
             skipped = {p[0] for p in rejected}
             acked = [k for k, seq in enumerate(rows.column(SEQ).to_pylist())
                      if ranges.contains((seq,)) and seq not in skipped]
-            users = users_of(self.model, rows.take(pa.array(acked, pa.int64())))
+            done = rows.take(pa.array(acked, pa.int64()))
+            users = users_of(self.model, done)
             leave_checks.forget_users(state.engine, name, [u for u in users if u])
+            leave_checks.record_leavers(state.engine, self.run_id, name,
+                                        lv.left_rows(self.model, self.layout, done),
+                                        lv.REASONS[self.model.on_leave])
         record_left(state.engine, self.run_id, len(acked))
         leave_checks.finish(state.engine, name, self.deps.clock())
 

@@ -32,7 +32,7 @@ from engage_sync.read.plan import RunPlan, source_spec
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.stage import Stages
-from engage_sync.snapshot import compare
+from engage_sync.snapshot import compare, left_rows
 from engage_sync.snapshot.advance import advance
 from engage_sync.snapshot.kind import pending_kind
 from engage_sync.snapshot.layout import SEQ, Layout, layout_of
@@ -133,6 +133,8 @@ class SnapshotRun(Run):
 
     def advance(self) -> None:
         advance(self.deps.state, self.deps.engine, self.layout, self.run_id)
+        left_rows.record(self.deps.state, self.deps.engine, self.model, self.layout,
+                         self.run_id)
 
     def _failed(self, doing: str, exc: BaseException) -> SourceError:
         schema = self.layout.schema or "the connection's own schema"

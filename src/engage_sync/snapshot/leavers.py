@@ -15,11 +15,15 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from engage_sync.config.integration import Integration
 from engage_sync.diff.field_diff import slot_of, value_digest
+from engage_sync.kinds.arrow_values import Columns
+from engage_sync.kinds.track_rows import row_keys
 from engage_sync.snapshot.layout import CHANGE, LEFT, SEQ, Layout
 from engage_sync.state.field_codec import decode
 
@@ -80,6 +84,22 @@ def pending_rows(leavers: pa.Table, layout: Layout, masks: Sequence[Sequence[boo
     for k, a in enumerate(layout.attributes):
         cols[a.send] = pa.array([masks[i][k] for i in keep], pa.bool_())
     return pa.table(cols).replace_schema_metadata({"held": str(held)})
+
+
+def left_rows(model: Integration, layout: Layout, rows: pa.Table
+              ) -> list[tuple[tuple[Any, ...], str]]:
+    """Per pending row: its position (number, then identifiers) and its row key."""
+    if rows.num_rows == 0:
+        return []
+    batch = rows.combine_chunks().to_batches()[0]
+    keys = row_keys(Columns(batch), model.key_columns, model.hidden_key_columns, rows.num_rows)
+    ids = [rows.column(c).to_pylist() for c in layout.ids]
+    seqs = rows.column(SEQ).to_pylist()
+    return [((seq, *(col[k] for col in ids)), keys[k]) for k, seq in enumerate(seqs)]
+
+
+REASONS = {"clear": "left the source: the attributes engage-sync set were removed",
+           "delete": "left the source: the user was deleted"}
 
 
 def held_of(pending: pa.Table) -> int:

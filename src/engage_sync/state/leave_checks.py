@@ -10,6 +10,7 @@ so a check killed in between resumes on the same leavers, numbered the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,8 +18,10 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from engage_sync.cursor.progress import Cursor, encode_cursor
 from engage_sync.state.field_codec import user_key
 from engage_sync.state.fields import CHUNK, fold
+from engage_sync.state.row_errors import LEFT, insert_errors
 from engage_sync.state.schema import fields, leave_checks
 
 
@@ -90,3 +93,14 @@ def forget_users(engine: Engine, integration: str, users: list[str]) -> None:
         for i in range(0, len(keys), CHUNK):
             conn.execute(fields.delete().where(fields.c.integration == integration,
                                                fields.c.user_key.in_(keys[i:i + CHUNK])))
+
+
+def record_leavers(engine: Engine, run_id: str, integration: str,
+                   rows: Sequence[tuple[Cursor, str]], reason: str) -> None:
+    """The run's acknowledged leavers as (position: the pending number then the key values,
+    row key), each once (recording one again is a no-op), for the write-back's outcomes."""
+    if not rows:
+        return
+    with engine.begin() as conn:
+        insert_errors(conn, run_id, integration, LEFT,
+                      [(str(encode_cursor(position)), key, reason) for position, key in rows])
