@@ -19,7 +19,14 @@ from engage_sync.run import leave_check
 from engage_sync.state.schema import runs
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
-from tests.integration.conftest import Service, Warehouse, seed_profiles, write_integration
+from tests.integration.conftest import (
+    Service,
+    Warehouse,
+    kill_during_request,
+    resume_cli,
+    seed_profiles,
+    write_integration,
+)
 
 USERS = 1000
 ATTRIBUTES = ("plan", "city", "score")
@@ -152,3 +159,29 @@ def test_an_emptied_table_stops_the_check_before_any_request(
     assert "1000" in message and "(100:" in message and "max_leaves" in message
     last = page(state, "people", None).results[0]
     assert last["job_status"] == "config_error" and "1000" in last["message"]
+
+
+def test_a_check_killed_while_clearing_resumes_and_clears_each_attribute_once(
+    warehouse: Warehouse, service: Service, tmp_path: Path, sandbox_key: str
+) -> None:
+    path = _integration(warehouse, service, tmp_path, max_leaves="50%",
+                        leave_check={"every": 0},  # after every run: the CLI's own clock
+                        service={"base_url": service.base_url, "retry_deadline_seconds": 60,
+                                 "max_in_flight": 1})
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    warehouse.engine.dispose()  # the run's process opens the DuckDB file
+    resume_cli(path, state_url, sandbox_key)
+    warehouse.execute("DELETE FROM users WHERE score < 300")
+    warehouse.engine.dispose()
+    before, at = service.counters()["data_points_by_key"]["attributes"], len(service.requests())
+    kill_during_request(path, service, sandbox_key, state_url, nth=at + 2)
+    resume_cli(path, state_url, sandbox_key)
+
+    after = service.counters()["data_points_by_key"]["attributes"]
+    assert {a: after[a] - before[a] for a in ATTRIBUTES} == {a: 300 for a in ATTRIBUTES}
+    cleared = [(o["external_id"], k) for r in service.requests()[at:] if r["status"] == 201
+               for o in r["body"]["attributes"] for k in o if k != "external_id"]
+    assert len(cleared) == len(set(cleared)) == 300 * len(ATTRIBUTES)
+    done = len(service.requests())
+    resume_cli(path, state_url, sandbox_key)  # checked again: nothing of ours is left on them
+    assert len(service.requests()) == done
