@@ -67,9 +67,8 @@ def due(plan: RunPlan, state: StateStore, now: datetime) -> bool:
     assert section is not None
     if state.unfinished_run(name, "incremental", LEAVERS) is not None:
         return True
-    held = leave_checks.load(state.engine, name)
-    last = held.checked_at
-    if held.pending is not None or last is None:
+    last, under_way = leave_checks.last_check(state.engine, name)
+    if under_way or last is None:
         return True
     last = last if last.tzinfo is not None else last.replace(tzinfo=now.tzinfo)
     return now - last >= section.every

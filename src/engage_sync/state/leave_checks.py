@@ -58,6 +58,16 @@ def load(engine: Engine, integration: str) -> LeaveState:
     return LeaveState(row.checked_at, from_blob(row.members), from_blob(row.pending))
 
 
+def last_check(engine: Engine, integration: str) -> tuple[datetime | None, bool]:
+    """(when the last check was done, whether one is under way), without reading the users:
+    what a run asks to know whether a check is due."""
+    t = leave_checks
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(t.c.checked_at, t.c.pending.is_not(None)).where(
+            t.c.integration == integration)).first()
+    return (None, False) if row is None else (row[0], bool(row[1]))
+
+
 def _put(engine: Engine, integration: str, values: dict[str, object]) -> None:
     t = leave_checks
     with engine.begin() as conn:
