@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from engage_sync.adapters.wiring import sync_file
-from engage_sync.errors import ConfigError
+from engage_sync.errors import ConfigError, RunRefused
 from engage_sync.run import leave_check
 from engage_sync.state.schema import runs
 from engage_sync.state.store import StateStore
@@ -38,10 +38,14 @@ def _rows() -> list[dict[str, Any]]:
              "score": i, "UPDATED_AT": START} for i in range(USERS)]
 
 
-def _integration(wh: Warehouse, svc: Service, folder: Path, **extra: Any) -> Path:
-    wh.create("users", [("user_id", sa.String()), ("plan", sa.String()), ("city", sa.String()),
-                        ("score", sa.Integer()), ("UPDATED_AT", sa.DateTime(timezone=True))])
-    wh.insert("users", _rows())
+def _integration(wh: Warehouse, svc: Service, folder: Path, fill: bool = True,
+                 **extra: Any) -> Path:
+    """The integration's file; with `fill`, its table made anew with the 1,000 users."""
+    if fill:
+        wh.create("users", [("user_id", sa.String()), ("plan", sa.String()),
+                            ("city", sa.String()), ("score", sa.Integer()),
+                            ("UPDATED_AT", sa.DateTime(timezone=True))])
+        wh.insert("users", _rows())
     return write_integration(folder, "people", {
         "kind": "attributes", "warehouse": {"url": wh.url}, "source": {"table": "users"},
         "mapping": {"identifier": {"external_id": "user_id"},
@@ -185,3 +189,33 @@ def test_a_check_killed_while_clearing_resumes_and_clears_each_attribute_once(
     done = len(service.requests())
     resume_cli(path, state_url, sandbox_key)  # checked again: nothing of ours is left on them
     assert len(service.requests()) == done
+
+
+def test_leavers_are_deleted_under_max_deletes_and_one_who_returns_is_sent_whole(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    clock = Clock()
+    path = _integration(warehouse, service, tmp_path, on_leave="delete", max_deletes=19)
+    _run(path, state, clock)
+    warehouse.execute("DELETE FROM users WHERE score < 20")
+    at = len(service.requests("/users/delete"))
+    clock.now += timedelta(days=1)
+    with pytest.raises(RunRefused, match="max_deletes"):  # 20 > 19: nothing sent
+        _run(path, state, clock)
+    assert len(service.requests("/users/delete")) == at
+
+    path = _integration(warehouse, service, tmp_path, fill=False, on_leave="delete")
+    points = _points(service)
+    _run(path, state, clock)  # refused, so checked again
+    assert sum(len(r["body"]["external_ids"])
+               for r in service.requests("/users/delete")[at:]) == 20
+    assert service.profile("u0000") is None and service.profile("u0020") is not None
+    assert _points(service) == points
+    (check,) = _leave_runs(state)[:1]
+    assert check["rows_left"] == 20
+
+    warehouse.execute(  # the same values as before: sent whole, its field record was dropped
+        "INSERT INTO users VALUES ('u0000', 'free', 'Lyon', 0, '2026-02-01 00:00:00+00')")
+    _run(path, state, clock)
+    assert service.requests()[-1]["body"]["attributes"] == [
+        {"external_id": "u0000", "plan": "free", "city": "Lyon", "score": 0}]
