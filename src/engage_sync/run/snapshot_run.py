@@ -76,9 +76,11 @@ class SnapshotScope(WholeRun):
 
 
 def refuse_leavers(model: Integration, allow_deletes: int | None, left: int, held: int,
-                   source: str = "the model", among: str = "in the snapshot") -> None:
+                   source: str = "the model", among: str = "in the snapshot",
+                   noun: str = "users") -> None:
     """Before any request: more leavers to delete than `max_deletes` (RunRefused), or to
-    clear or delete than `max_leaves` allows of `held` users (ConfigError, both figures)."""
+    clear or delete than `max_leaves` allows of `held` (ConfigError, both figures); `noun`:
+    what leaves (users; an audience's memberships)."""
     if model.on_leave == "keep" or not left:
         return
     cap = leave_cap(model.max_leaves, held)
@@ -91,9 +93,9 @@ def refuse_leavers(model: Integration, allow_deletes: int | None, left: int, hel
     if left > cap:
         verb = "clear" if model.on_leave == "clear" else "delete"
         raise ConfigError(
-            f"integration {model.name}: this run would {verb} {left} users who left "
+            f"integration {model.name}: this run would {verb} {left} {noun} that left "
             f"{source}, more than max_leaves allows ({cap}: {model.max_leaves} of the {held} "
-            f"users {among}); nothing was sent. Check {source}, then raise 'max_leaves'",
+            f"{noun} {among}); nothing was sent. Check {source}, then raise 'max_leaves'",
             key="max_leaves")
 
 
