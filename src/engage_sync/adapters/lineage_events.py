@@ -63,6 +63,7 @@ class EngageSyncRunFacet(RunFacet):
     rowsUnchanged: int = attr.field(default=0)
     dataPointsBilled: int = attr.field(default=0)
     dataPointsSaved: int = attr.field(default=0)
+    rowsLeft: int = attr.field(default=0)
     _additional_skip_redact: ClassVar[list[str]] = ["runId", "jobStatus", "mode"]
 
     @staticmethod
@@ -80,7 +81,7 @@ def stats_facet(record: dict[str, Any]) -> EngageSyncRunFacet:
         rowsRead=n("rows_read"), rowsSynced=n("rows_synced"), rowsRejected=n("rows_rejected"),
         rowsFailed=n("rows_failed_with_errors"), rowsInDoubt=n("rows_in_doubt"),
         rowsUnchanged=n("rows_unchanged"), dataPointsBilled=n("data_points_sent"),
-        dataPointsSaved=n("data_points_saved"), producer=PRODUCER)
+        dataPointsSaved=n("data_points_saved"), rowsLeft=n("rows_left"), producer=PRODUCER)
 
 
 def _now() -> str:

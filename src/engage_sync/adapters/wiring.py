@@ -47,8 +47,8 @@ from engage_sync.run.loop import Deps, run_sync
 from engage_sync.run.resume import refuse_if_in_progress
 from engage_sync.run.retries import retry_failed_rows
 from engage_sync.run.schema_guard import guard_schema
-from engage_sync.run.snapshot_run import sync_of
 from engage_sync.run.stop import StopRequest
+from engage_sync.run.syncs import sync_of
 from engage_sync.run.type_check import check_types
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import flag_alert

@@ -22,6 +22,7 @@ from pydantic import (
 from engage_sync.config import kind_registry, partition_names
 from engage_sync.config.audience import AudienceSection, audience_defaults, audience_problem
 from engage_sync.config.dbt_ref import DbtRef
+from engage_sync.config.leave_check import leave_check_problem
 from engage_sync.config.sections import (
     KIND_SECTIONS,
     AliasRenameSpec,
@@ -66,6 +67,13 @@ def parse_duration(value: Any) -> timedelta:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class LeaveCheck(Frozen):
+    """With a cursor and `on_leave`: how often the source's identifiers are read whole to find
+    who left (`config.leave_check`)."""
+
+    every: Duration = timedelta(days=1)
 
 
 def _yaml_off(value: Any) -> Any:
@@ -177,6 +185,8 @@ class Integration(Frozen):
     on_leave: OnLeave = "keep"
     max_leaves: MaxLeaves = DEFAULT_MAX_LEAVES
     snapshot: SnapshotSection | None = None
+    leave_check: LeaveCheck | None = None
+    """With a cursor and `on_leave`: how often the source's identifiers are read whole."""
     audience: AudienceSection | None = None
     """Kind audience: which audience each row names, kept as an array or as booleans."""
 
@@ -210,6 +220,11 @@ class Integration(Frozen):
             self.changes, self.kind, m is not None, bool(m and m.subscription_groups),
             self.partitions, self.lookback is not None, set(self.model_fields_set),
             self.on_leave, m.identifier.kind if m is not None else None)
+        if problem is None and self.changes == "cursor":
+            problem = leave_check_problem(
+                self.on_leave, self.leave_check is not None, set(self.model_fields_set),
+                self.kind, m is not None, self.diff, self.partitions,
+                m.identifier.kind if m is not None else None)
         if problem is not None:
             raise ValueError(problem)
         return self

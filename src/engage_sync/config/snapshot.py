@@ -63,12 +63,14 @@ def snapshot_problem(changes: Changes, kind: str, mapped: bool, sub_groups: bool
                      on_leave: OnLeave = "keep", identifier: str | None = None) -> str | None:
     """Why these settings cannot hold together, naming the key, or None. `set_keys`: the
     snapshot keys the file gives (`on_leave`, `max_leaves`, `snapshot`)."""
-    if changes == "cursor":
-        given = sorted(set_keys & {"on_leave", "max_leaves", "snapshot"})
-        if given:
-            return (f"'{given[0]}' applies to 'changes: snapshot' only; add 'changes: snapshot' "
+    if changes == "cursor":  # `on_leave` with a cursor: `config.leave_check`
+        if "snapshot" in set_keys:
+            return ("'snapshot' applies to 'changes: snapshot' only; add 'changes: snapshot' "
                     "(the model's whole result compared with the snapshot) or remove it")
         return None
+    if "leave_check" in set_keys:
+        return ("'leave_check' is for integrations with a cursor; a 'changes: snapshot' run "
+                "finds who left at every run")
     if kind not in ("attributes", "audience"):
         return (f"'changes: snapshot' is for kinds 'attributes' and 'audience', not '{kind}'; "
                 "set 'changes: cursor' (the default)")

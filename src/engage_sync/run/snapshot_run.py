@@ -29,23 +29,16 @@ from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, RunRefused, SourceError
 from engage_sync.read.extract import connected, first_line
 from engage_sync.read.plan import RunPlan, source_spec
-from engage_sync.run.loop import Deps, Run, run_sync
+from engage_sync.run.loop import Deps, Run
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.stage import Stages
-from engage_sync.snapshot import compare
+from engage_sync.snapshot import compare, left_rows
 from engage_sync.snapshot.advance import advance
 from engage_sync.snapshot.audience import audience_kind, compared_source, layout_for
 from engage_sync.snapshot.kind import pending_kind
 from engage_sync.snapshot.layout import SEQ, Layout
 from engage_sync.snapshot.stage import SnapshotStage
 from engage_sync.state.store import StateStore
-
-Sync = Callable[[RunPlan, Deps], dict[str, Any]]
-
-
-def sync_of(plan: RunPlan) -> Sync:
-    """How a run of this plan is made: by the snapshot, or by its cursor."""
-    return snapshot_sync if plan.integration.changes == "snapshot" else run_sync
 
 
 def snapshot_sync(plan: RunPlan, deps: Deps) -> dict[str, Any]:
@@ -82,6 +75,30 @@ class SnapshotScope(WholeRun):
                    stored: Cursor | None, now: datetime, before: Any) -> Window:
         self.prepare()
         return Window(start=None, signpost=None)
+
+
+def refuse_leavers(model: Integration, allow_deletes: int | None, left: int, held: int,
+                   source: str = "the model", among: str = "in the snapshot",
+                   noun: str = "users") -> None:
+    """Before any request: more leavers to delete than `max_deletes` (RunRefused), or to
+    clear or delete than `max_leaves` allows of `held` (ConfigError, both figures); `noun`:
+    what leaves (users; an audience's memberships)."""
+    if model.on_leave == "keep" or not left:
+        return
+    cap = leave_cap(model.max_leaves, held)
+    allowed = max(model.max_deletes, allow_deletes or 0)
+    if model.on_leave == "delete" and left > allowed:
+        raise RunRefused(
+            f"integration {model.name}: this run would delete {left} users, more "
+            f"than max_deletes ({model.max_deletes}); nothing was sent. Check {source}, then "
+            f"raise max_deletes or rerun with --allow-deletes {left}")
+    if left > cap:
+        verb = "clear" if model.on_leave == "clear" else "delete"
+        raise ConfigError(
+            f"integration {model.name}: this run would {verb} {left} {noun} that left "
+            f"{source}, more than max_leaves allows ({cap}: {model.max_leaves} of the {held} "
+            f"{noun} {among}); nothing was sent. Check {source}, then raise 'max_leaves'",
+            key="max_leaves")
 
 
 class SnapshotRun(Run):
@@ -121,6 +138,9 @@ class SnapshotRun(Run):
 
     def advance(self) -> None:
         advance(self.deps.state, self.deps.engine, self.layout, self.run_id)
+        if self.model.audience is None:  # an audience's leavers are memberships, not rows
+            left_rows.record(self.deps.state, self.deps.engine, self.model, self.layout,
+                             self.run_id)
 
     def _failed(self, doing: str, exc: BaseException) -> SourceError:
         schema = self.layout.schema or "the connection's own schema"
@@ -138,24 +158,8 @@ class SnapshotRun(Run):
                 f"integration {self.i.name}: the model returns {counts.repeated} users more "
                 "than once; a 'changes: snapshot' model holds one row per user. Nothing was "
                 "sent")
-        if self.model.on_leave == "keep" or not counts.left:
-            return
-        cap = leave_cap(self.model.max_leaves, counts.held)
-        allowed = max(self.model.max_deletes, self.options.allow_deletes or 0)
-        if self.model.on_leave == "delete" and counts.left > allowed:
-            raise RunRefused(
-                f"integration {self.i.name}: this run would delete {counts.left} users, more "
-                f"than max_deletes ({self.model.max_deletes}); nothing was sent. Check the "
-                f"model, then raise max_deletes or rerun with --allow-deletes {counts.left}")
-        if counts.left > cap:
-            verb = "clear" if self.model.on_leave == "clear" else "delete"
-            raise ConfigError(
-                f"integration {self.i.name}: this run would {verb} {counts.left} "
-                f"{self.leavers} that left the model, more than max_leaves allows ({cap}: "
-                f"{self.model.max_leaves} of the {counts.held} {self.leavers} in the "
-                "snapshot); "
-                "nothing was sent. Check the model, then raise 'max_leaves'",
-                key="max_leaves")
+        refuse_leavers(self.model, self.options.allow_deletes, counts.left, counts.held,
+                       noun=self.leavers)
 
     def _keep_failed(self, window: Window) -> None:
         """Nothing kept: the next run compares the users of failed requests again."""

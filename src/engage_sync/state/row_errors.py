@@ -35,6 +35,9 @@ from engage_sync.cursor.progress import Cursor, encode_cursor
 from engage_sync.state.records import RunCounts, now
 from engage_sync.state.schema import journal, row_errors, runs, upsert
 
+LEFT = "left"
+"""The kind of a leaver the service acknowledged (`state.leave_checks.record_leavers`): an
+outcome for the write-back, never an error (the error listings leave it out)."""
 IN_FLIGHT_AT_CRASH = "the run stopped while the request was in flight"
 """The reason of a row whose request was in flight when its run was killed."""
 
@@ -171,7 +174,7 @@ class RowErrors:
                 sa.select(runs.c.integration).distinct().where(runs.c.integration.startswith(
                     partition_names.family_prefix(integration), autoescape=True)))]
             query = _with_run_name(sa.select(row_errors)).where(
-                row_errors.c.integration.in_(names))
+                row_errors.c.integration.in_(names), row_errors.c.kind != LEFT)
             if partition is not None:
                 query = query.where(runs.c.integration == partition_names.run_name(
                     integration, *_parsed(partition)))
@@ -189,7 +192,7 @@ class RowErrors:
             if parts:
                 query = _with_run_name(query)
             rows = conn.execute(
-                query.where(row_errors.c.run_id.in_([run_id, *parts]))
+                query.where(row_errors.c.run_id.in_([run_id, *parts]), row_errors.c.kind != LEFT)
                 .order_by(row_errors.c.kind, row_errors.c.position).limit(limit)
             ).mappings().all()
         return [_shown(r) for r in rows]

@@ -209,6 +209,18 @@ traces = sa.Table(
 of the row: its outcome and the attribute names sent and left out as unchanged (names, never
 values); pruned with row errors (`state/traces.py`)."""
 
+leave_checks = sa.Table(
+    "engage_leave_checks",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("checked_at", sa.DateTime(timezone=True)),
+    sa.Column("members", sa.LargeBinary),
+    sa.Column("pending", sa.LargeBinary),
+)
+"""Cursor integrations with `on_leave` (`state/leave_checks.py`): when their source's keys were
+last compared, the users found then (their identifiers, as Arrow), and the leavers of a check
+whose requests are under way (so a killed one resumes on the same rows)."""
+
 field_log = sa.Table(
     "engage_field_log",
     metadata,

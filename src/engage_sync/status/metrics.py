@@ -26,7 +26,7 @@ COUNTERS = (
     ("rows_rejected", "rows_rejected", "Rows rejected before sending (bad values)."),
     ("rows_in_doubt", "rows_in_doubt", "Rows whose request may or may not have been processed."),
     ("rows_unchanged", "rows_unchanged", "Rows read with nothing changed, not sent."),
-    ("rows_left", "rows_left", "Users who left a snapshot model, cleared or deleted."),
+    ("rows_left", "rows_left", "Users who left the source, cleared or deleted."),
     ("data_points_sent", "data_points_sent", "Billed data points the service acknowledged."),
     ("data_points_saved", "data_points_saved", "Data points the field diff left unsent."),
     ("requests_sent", "requests_sent", "Requests sent to the service."),

@@ -3,7 +3,8 @@ columns are, and their rows built from a run row and its outcome rows.
 
 Invariants:
 - `engage_sync_runs` holds one row per run: its status record's counts and times (UTC);
-- `engage_sync_row_outcomes` holds one row per row outcome that was not a plain success,
+- `engage_sync_row_outcomes` holds one row per row outcome that was not a plain success
+  (a user who left the source and was cleared or deleted is one: `left`),
   with the declared key columns as they are in the source (a payload key column as the MD5
   of its text, as the warehouse's md5() computes it), so it joins to the source by key; it
   never holds a payload value (a reason names fields, never values);
@@ -24,13 +25,14 @@ from engage_sync.config.writeback import OUTCOMES_TABLE, RUNS_TABLE
 from engage_sync.state.writebacks import OutcomeRow
 
 OUTCOME_OF_KIND = {"rejected": "rejected", "failed": "failed", "in_doubt": "in_doubt",
-                   "duplicate": "possibly_duplicated", "unmapped": "unmapped_error"}
+                   "duplicate": "possibly_duplicated", "unmapped": "unmapped_error",
+                   "left": "left"}
 """The `outcome` column's value for each kind of row error."""
 
 RUN_COUNTS = ("rows_read", "rows_synced", "rows_failed_with_errors", "rows_rejected",
               "rows_in_doubt", "rows_unchanged", "rows_skipped_null_cursor",
               "rows_possibly_duplicated", "errors_unmapped", "data_points_sent",
-              "data_points_saved")
+              "data_points_saved", "rows_left")
 """The record's counts (`status.record.record`), one column each."""
 
 

@@ -120,6 +120,7 @@ def _write_run(engine: Engine, integration: Integration, store: StateStore, run_
     with engine.begin() as conn:
         _ensure_schema(conn, schema)
         runs.create(conn, checkfirst=True)
+        _add_counts(conn, runs, schema)
         outcomes, textual = _outcomes_table(conn, metadata, schema, keys, samples)
     with engine.begin() as conn:
         conn.execute(runs.delete().where(runs.c.run_id == run_id))
@@ -181,6 +182,15 @@ def _outcomes_table(conn: Connection, metadata: sa.MetaData, schema: str | None,
         if name.lower() not in have:
             conn.exec_driver_sql(tables.add_column_sql(conn.dialect, table, name, kind))
     return table, frozenset(n for n in keys if isinstance(have.get(n.lower()), sa.String))
+
+
+def _add_counts(conn: Connection, runs: sa.Table, schema: str | None) -> None:
+    """A runs table an older version made gets the counts added since (`rows_left`)."""
+    have = {c["name"].lower() for c in sa.inspect(conn).get_columns(runs.name, schema=schema)}
+    for name in tables.RUN_COUNTS:
+        if name not in have:
+            conn.exec_driver_sql(tables.add_column_sql(conn.dialect, runs, name,
+                                                       sa.BigInteger()))
 
 
 def _ensure_schema(conn: Connection, schema: str | None) -> None:
