@@ -14,7 +14,7 @@ from engage_sync.adapters.status_server import create_app
 from engage_sync.cli.main import main
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, Warehouse, served, table_integration
-from tests.integration.test_trace import SECRET, _row
+from tests.integration.run.test_trace import SECRET, _row
 
 TOKEN = "trace-token-0123456789abcdef"
 
