@@ -58,7 +58,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engage_sync.adapters import dbt_webhook
+from engage_sync.adapters import dbt_webhook, freshness_watch
 from engage_sync.adapters.sync_starter import Sync, SyncStarter
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError, SyncError
@@ -220,6 +220,7 @@ def create_app(store: StateStore, token: str, config_dir: str | Path | None = No
     app.state.starter = starter
     app.state.stop = stop
     app.state.runs = runs
+    app.state.freshness = freshness_watch.start(store, e.folder)  # fresh_within, watched
     return app
 
 
@@ -280,6 +281,8 @@ def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", p
             pass  # runs in flight end their attempt and settle; a second signal ends the wait
     finally:
         sock.close()
+        if app.state.freshness is not None:
+            app.state.freshness.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if not received:
