@@ -60,7 +60,10 @@ def status_link(integration: str, env: Mapping[str, str] | None = None) -> str |
 
 
 def _said(value: object) -> str:
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    """A figure as people read it: 10,000 rather than 10000.0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.2f}"
 
 
 def body(alert: Alert, link: str | None) -> dict[str, Any]:

@@ -32,7 +32,7 @@ _ONE_REFERENCE = re.compile(r"\$\{" + ENV_NAME + r"\}")
 class Alerts(Frozen):
     """When a person hears about an integration (`alerts/conditions.py`)."""
 
-    factor: float = Field(default=5, gt=1, le=1000)
+    factor: float = Field(default=5.0, gt=1, le=1000)
     """A run whose rows read or points billed are more than `factor` times, or less than one
     `factor`-th of, the median of the recent successful runs raises `volume`."""
     fresh_within: Duration | None = None
