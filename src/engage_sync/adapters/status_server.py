@@ -25,6 +25,9 @@ rejected, in doubt, unchanged; data points sent and saved; requests; runs by sta
 time of the last successful run (`status.metrics`); a scrape sends the same token
 (Prometheus' `authorization` setting).
 
+With a config folder, a thread checks the freshness alerts of its files
+(`adapters/freshness_watch.py`).
+
 Every request needs `Authorization: Bearer <token>`, the token being the value of
 `ENGAGE_SYNC_STATUS_TOKEN` (401 otherwise). The server binds 127.0.0.1 unless told otherwise.
 
