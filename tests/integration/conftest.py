@@ -266,7 +266,7 @@ def sandbox_key(sandbox: SandboxHandle) -> str:
     return sandbox.api_key
 
 
-# --- subscription and identity kinds (tests/integration/test_kinds.py) ----------------------
+# --- subscription and identity kinds (tests/integration/kinds/test_kinds.py) ----------------------
 
 SUBSCRIPTION_LIMIT = 10  # requests per 1-second window at the slow sandbox
 

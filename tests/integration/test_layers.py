@@ -150,6 +150,19 @@ def test_architecture_names_every_module_and_only_modules_that_exist() -> None:
     assert not _modules() - named, "modules ARCHITECTURE.md does not name"
 
 
+def test_test_folders_are_named_after_source_folders() -> None:
+    """tests/unit/X and tests/integration/X exist only for a stage src/engage_sync/X, so a test
+    is found where the code it checks lives."""
+    source = ROOT / "src" / "engage_sync"
+    stages = {p.name for p in source.iterdir() if (p / "__init__.py").exists()}
+    for kind in ("unit", "integration"):
+        folders = {p.name for p in (ROOT / "tests" / kind).iterdir()
+                   if p.is_dir() and p.name != "__pycache__"}
+        assert folders, f"tests/{kind} has no stage folders"
+        strays = folders - stages
+        assert not strays, f"tests/{kind} folders with no source stage: {strays}"
+
+
 def test_modules_and_functions_stay_small_and_the_loop_simple() -> None:
     """No module over 400 lines, and none over 300 in the run's core (`run/`, `deliver/`,
     `adapters/`), the folders a newcomer reads first; no function over 50; the loop's McCabe

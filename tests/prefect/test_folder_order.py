@@ -14,15 +14,17 @@ from engage_sync.run.dry_run import DryRun
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes"}
 
 
-def test_a_folder_flow_run_shares_one_rate_budget_set(
+def test_a_folder_flow_run_shares_one_rate_budget_set_and_definitions(
     prefect_api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("b_events", "a_deletes", "c_attributes"):
         (tmp_path / f"{name}.yaml").write_text(f"kind: {KINDS[name]}\n")
     calls: list[tuple[str, Any]] = []
+    shared: list[Any] = []  # the workspace's definitions, read once for the folder
 
     def fake_sync_file(path: Path, **kw: Any) -> RunResult:
         calls.append((Path(path).stem, kw["budgets"]))
+        shared.append(kw["definitions"])
         return RunResult(Path(path).stem, dry_run=DryRun(rows=1))
 
     monkeypatch.setattr(flows, "sync_file", fake_sync_file)
@@ -30,4 +32,5 @@ def test_a_folder_flow_run_shares_one_rate_budget_set(
                                state_url=f"sqlite:///{tmp_path / 'state.db'}")
     assert [name for name, _ in calls] == ["c_attributes", "b_events", "a_deletes"]
     assert len({id(b) for _, b in calls}) == 1 and calls[0][1] is not None
+    assert len({id(d) for d in shared}) == 1 and shared[0] is not None
     assert set(result) == {"c_attributes", "b_events", "a_deletes"}

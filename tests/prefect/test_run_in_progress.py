@@ -16,7 +16,7 @@ from engage_sandbox.web.server import SandboxHandle
 from engage_sync.adapters.flows import sync_integration
 from engage_sync.adapters.wiring import open_state
 from tests.integration.conftest import ELSEWHERE, Service, held_run
-from tests.integration.test_duckdb_turns import holder
+from tests.integration.read.test_duckdb_turns import holder
 from tests.prefect.conftest import build_folder
 from tests.prefect.test_cli_errors import run_cli
 

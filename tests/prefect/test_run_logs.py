@@ -93,7 +93,7 @@ def test_a_duckdb_file_waited_for_says_so_in_the_flow_runs_logs(
         engage_logger: logging.Logger) -> None:
     """At INFO (an expected wait): shipped where the process logs INFO, as `engage-sync run`
     does by default."""
-    from tests.integration.test_duckdb_turns import holder
+    from tests.integration.read.test_duckdb_turns import holder
 
     engage_logger.setLevel(logging.INFO)
     proc = holder(tmp_path / "warehouse.duckdb", 2)  # another process has the file for 2 s

@@ -3,13 +3,17 @@
 Invariants:
 - items are applied in the order attributes, then events, then purchases;
 - an item with an error is reported as ``{"type", "input_array", "index"}`` and not applied;
-  every other item is applied (201), unless no item at all is valid (400).
+  every other item is applied (201), unless no item at all is valid (400);
+- a value the seed's definitions type otherwise, or of a blocklisted attribute, is dropped
+  silently from an item that is applied (``attribute_types``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from engage_sandbox.handlers.attribute_types import kept
 from engage_sandbox.handlers.outcome import Outcome, fatal
 from engage_sandbox.handlers.track_validation import (
     ARRAYS,
@@ -22,6 +26,7 @@ from engage_sandbox.handlers.track_validation import (
     shape,
 )
 from engage_sandbox.state.counters import Counters, count_attribute, count_event, count_purchase
+from engage_sandbox.state.dashboard_seed import CustomAttribute
 from engage_sandbox.state.settings import SandboxSettings
 from engage_sandbox.state.store import Profile, ProfileStore
 
@@ -39,8 +44,10 @@ def _profile_for(store: ProfileStore, item: dict[str, Any], counters: Counters) 
     return profile
 
 
-def apply_attribute(store: ProfileStore, item: dict[str, Any], counters: Counters) -> None:
-    """Write one valid attributes object, propagating subscription groups by email."""
+def apply_attribute(store: ProfileStore, item: dict[str, Any], counters: Counters,
+                    definitions: Mapping[str, CustomAttribute] | None = None) -> None:
+    """Write one valid attributes object, propagating subscription groups by email; the
+    values `definitions` (name → the seed's definition) do not take are dropped."""
     profile = _profile_for(store, item, counters)
     if profile is None:
         return
@@ -50,7 +57,7 @@ def apply_attribute(store: ProfileStore, item: dict[str, Any], counters: Counter
         for k, v in item.items()
         if k not in NON_ATTRIBUTE_KEYS and k != "subscription_groups" and k != ref_kind
     }
-    store.apply_attributes(profile, values)
+    store.apply_attributes(profile, kept(values, definitions or {}))
     for group in item.get("subscription_groups") or []:
         store.set_subscription(
             profile, group["subscription_group_id"], group["subscription_state"]
@@ -91,9 +98,11 @@ APPLIERS = {"attributes": apply_attribute, "events": apply_event, "purchases": a
 
 
 def handle_track(
-    body: Any, settings: SandboxSettings, store: ProfileStore, counters: Counters
+    body: Any, settings: SandboxSettings, store: ProfileStore, counters: Counters,
+    definitions: Mapping[str, CustomAttribute] | None = None,
 ) -> Outcome:
-    """The full /users/track behaviour for an already parsed JSON body."""
+    """The full /users/track behaviour for an already parsed JSON body; `definitions`: the
+    workspace's custom attributes by name (values they do not take are dropped)."""
     arrays = shape(body, settings)
     if isinstance(arrays, Outcome):
         return arrays
@@ -110,7 +119,9 @@ def handle_track(
                 errors.append({"type": error, "input_array": name, "index": index})
     if not any(valid.values()):
         return fatal(NO_VALID, errors)
-    for name in ARRAYS:
+    for item in valid.get("attributes", ()):
+        apply_attribute(store, item, counters, definitions)
+    for name in ARRAYS[1:]:
         for item in valid.get(name, ()):
             APPLIERS[name](store, item, counters)
     result: dict[str, Any] = {"message": "success"}

@@ -249,7 +249,24 @@ def seed_of(app: Any) -> DashboardSeed:
 
     Cached in the sandbox's per-module `extra` state (cleared on reset, then parsed again).
     """
-    sandbox = app.state.sandbox
+    return _parsed(app.state.sandbox)
+
+
+def attribute_definitions(sandbox: Any) -> dict[str, CustomAttribute]:
+    """The seed's custom attribute definitions by name, of a `SandboxState` (cached as
+    `seed_of` caches the seed). A seed whose dashboard sections do not parse defines none
+    here: /users/track then drops nothing, and the dashboard endpoints say what is wrong."""
+    cached = sandbox.extra.get("attribute_definitions")
+    if not isinstance(cached, dict):
+        try:
+            cached = {a.name: a for a in _parsed(sandbox).custom_attributes}
+        except DashboardSeedError:
+            cached = {}
+        sandbox.extra["attribute_definitions"] = cached
+    return cached
+
+
+def _parsed(sandbox: Any) -> DashboardSeed:
     cached = sandbox.extra.get("dashboard_seed")
     if not isinstance(cached, DashboardSeed):
         cached = parse_dashboard(sandbox.seed.raw)

@@ -27,6 +27,7 @@ from engage_sandbox.handlers import control, dashboard, identity, messaging, sci
 from engage_sandbox.handlers.lean import handle_track_lean
 from engage_sandbox.handlers.outcome import Outcome
 from engage_sandbox.handlers.track import handle_track
+from engage_sandbox.state.dashboard_seed import attribute_definitions
 from engage_sandbox.state.faults import FaultRule
 from engage_sandbox.state.ratelimit import Verdict
 from engage_sandbox.state.seed import load_seed
@@ -285,7 +286,8 @@ def _handler(
 def core_routes() -> list[Route]:
     """Routes of the endpoints written in this package's core modules."""
     table: list[tuple[str, Callable[[Any, SandboxState], Outcome]]] = [
-        ("/users/track", lambda b, s: handle_track(b, s.settings, s.store, s.counters)),
+        ("/users/track", lambda b, s: handle_track(b, s.settings, s.store, s.counters,
+                                                   attribute_definitions(s))),
         ("/subscription/status/set", lambda b, s: subscriptions.handle_v1(b, s.store)),
         ("/v2/subscription/status/set", lambda b, s: subscriptions.handle_v2(b, s.store)),
         ("/users/merge", lambda b, s: identity.handle_merge(b, s.store)),

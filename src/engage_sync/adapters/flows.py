@@ -50,6 +50,7 @@ from engage_sync.adapters.wiring import open_state, sync_file
 from engage_sync.config.files import integration_files, resolve_integration
 from engage_sync.config.run_options import run_options
 from engage_sync.cursor.progress import Mode
+from engage_sync.deliver.definitions import DefinitionsCache
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SKIPPED, RunInProgress, SyncError
 from engage_sync.run.folder import run_order
@@ -64,7 +65,8 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
             config_dir: str | None = None, state_url: str | None = None,
             budgets: RateBudgets | None = None, allow_deletes: int | None = None,
             partitions: int | None = None, send_whole: bool = False,
-            accept_schema: bool = False, allow_points: int | None = None) -> dict[str, Any]:
+            accept_schema: bool = False, allow_points: int | None = None,
+            definitions: DefinitionsCache | None = None) -> dict[str, Any]:
     """One integration inside a flow or task run: the status record, a dry run's summary, or
     `{"skipped": message}` while another process runs it. Raises SyncAlert when the run needs
     attention."""
@@ -72,7 +74,7 @@ def run_one(integration: str, mode: Mode = "incremental", start: datetime | None
     try:
         return _run_one(store, integration, mode, start, end, dry_run, resend_events,
                         config_dir, budgets, allow_deletes, partitions, send_whole,
-                        accept_schema, allow_points)
+                        accept_schema, allow_points, definitions)
     finally:
         store.engine.dispose()  # a serving process runs many flows: release its connections
 
@@ -81,7 +83,8 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
              end: datetime | None, dry_run: bool, resend_events: bool, config_dir: str | None,
              budgets: RateBudgets | None, allow_deletes: int | None,
              partitions: int | None = None, send_whole: bool = False,
-             accept_schema: bool = False, allow_points: int | None = None) -> dict[str, Any]:
+             accept_schema: bool = False, allow_points: int | None = None,
+             definitions: DefinitionsCache | None = None) -> dict[str, Any]:
     from engage_sync.adapters.task_runners import prefect_runner  # prefect-dask only when asked
 
     logger = get_run_logger()
@@ -93,7 +96,7 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
         with run_logs.shipped():
             outcome = sync_file(path, options=options, store=store, budgets=budgets,
                                 on_progress=progress, runner=prefect_runner,
-                                blocks=secret_block)
+                                blocks=secret_block, definitions=definitions)
     except RunInProgress as exc:  # nothing read or sent: not a failure to alert on
         said = one_line(exc, Path(integration).stem)
         logger.warning("skipped: %s", said)
@@ -182,10 +185,11 @@ async def sync_integration(
       task_run_name="{integration}")
 def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetime | None,
               dry_run: bool, resend_events: bool, state_url: str | None,
-              budgets: RateBudgets) -> dict[str, Any] | State[Any]:
+              budgets: RateBudgets, definitions: DefinitionsCache | None = None
+              ) -> dict[str, Any] | State[Any]:
     try:
         return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
-                       budgets)
+                       budgets, definitions=definitions)
     except SyncAlert as exc:
         return _failed(exc)
 
@@ -207,7 +211,8 @@ def sync_folder(
     state_url: str | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Sync every integration file of a folder: identify, merges, alias renames, subscriptions,
-    attributes, events, purchases, then deletes; all share one set of rate budgets.
+    attributes, events, purchases, then deletes; all share one set of rate budgets and one read
+    of the workspace's attribute definitions (`deliver/definitions.py`, a few minutes).
 
     Args:
         folder: Folder of integration files (files starting with '_' are skipped).
@@ -219,12 +224,13 @@ def sync_folder(
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
     """
     budgets = RateBudgets()
+    definitions = DefinitionsCache()  # the workspace's attribute definitions, read once
     results: dict[str, Any] = {}
     failures = []
     for path in run_order(integration_files(folder)):
         try:
             results[path.stem] = sync_task(str(path), mode, start, end, dry_run, resend_events,
-                                           state_url, budgets)
+                                           state_url, budgets, definitions)
         except Exception as exc:
             failures.append(f"{path.stem}: {exc}")
     if failures:

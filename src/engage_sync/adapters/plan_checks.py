@@ -6,7 +6,8 @@ Invariants:
 - nothing is sent to `/users/track` and nothing is recorded: the points come from the dry
   run (`run/dry_run.py`: the next window as it reads now, diffed against the field record),
   the workspace's definitions from `GET /custom_attributes` (every page, read once a plan per
-  service URL and key), the column types from the warehouse's metadata;
+  service URL and key: `deliver/definitions.py`, its pager and cache), the column types
+  from the warehouse's metadata;
 - a check that cannot be made (no key in the environment, the service or the warehouse out
   of reach) is said as one line in the report, never a guess and never a crash of the plan;
   no key, password or value is ever in a line.
@@ -28,14 +29,12 @@ from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.file_diff import attributes_of
 from engage_sync.config.integration import Integration
 from engage_sync.config.run_options import RunOptions
+from engage_sync.deliver.definitions import PATH, Definitions, DefinitionsCache, get_page
 from engage_sync.errors import SyncError
 from engage_sync.read import duckdb_turns
 from engage_sync.read.plan import RunPlan, prepare
 from engage_sync.read.source_schema import describe
 from engage_sync.state.store import StateStore
-
-ATTRIBUTES_PATH = "/custom_attributes"
-MAX_PAGES = 200  # 10,000 definitions: a Link that never ends does not hang a CI job
 
 _TYPES = (  # the column's type text → the service's data_type
     (re.compile(r"\[\]$|^ARRAY|^LIST"), "Array"),
@@ -67,7 +66,7 @@ def data_type(type_text: str) -> str | None:
 
 
 def check(path: Path, integration: Integration, store: StateStore,
-          workspace_cache: dict[tuple[str, str], dict[str, str]]) -> Checks:
+          workspace_cache: DefinitionsCache) -> Checks:
     """Every check of one changed file (its new version, at `path`)."""
     out = Checks()
     try:
@@ -98,15 +97,11 @@ def caps_passed(integration: Integration, rows: int) -> list[str]:
 
 
 def _workspace(integration: Integration, mapped: dict[str, str],
-               cache: dict[tuple[str, str], dict[str, str]]) -> tuple[list[str], list[str]]:
+               cache: DefinitionsCache) -> tuple[list[str], list[str]]:
     try:
         plan = prepare(integration, RunOptions(dry_run=True))
         expanded = plan.integration
-        key = service_key(expanded)
-        where = (expanded.service.base_url, key)
-        if where not in cache:
-            cache[where] = defined_attributes(expanded, key)
-        defined = cache[where]
+        defined = defined_attributes(expanded, service_key(expanded), cache)
     except (SyncError, httpx.HTTPError) as exc:
         return [], [f"workspace not checked: {one_line(exc)}"]
     columns, notes = _column_types(plan)
@@ -123,23 +118,22 @@ def _workspace(integration: Integration, mapped: dict[str, str],
     return problems, notes
 
 
-def defined_attributes(integration: Integration, key: str) -> dict[str, str]:
-    """Every custom attribute the workspace defines → its data_type, following `Link`."""
-    found: dict[str, str] = {}
-    url: str | None = f"{integration.service.base_url.rstrip('/')}{ATTRIBUTES_PATH}"
-    with httpx.Client(transport=http_transport(integration),
-                      timeout=integration.service.timeout_seconds,
-                      headers={"Authorization": f"Bearer {key}"}) as client:
-        for _ in range(MAX_PAGES):
-            if url is None:
-                break
-            response = client.get(url)
-            if response.status_code != 200:
-                raise SyncError(f"GET {ATTRIBUTES_PATH} answered {response.status_code}")
-            for record in response.json().get("attributes") or []:
-                found[str(record.get("name"))] = str(record.get("data_type") or "")
-            url = response.links.get("next", {}).get("url")
-    return found
+def defined_attributes(integration: Integration, key: str,
+                       cache: DefinitionsCache | None = None) -> dict[str, str]:
+    """Every custom attribute the workspace defines → its data_type, every page read (once
+    per service URL and key with a `cache`)."""
+    url = integration.service.base_url
+    with http_transport(integration) as transport:
+        get = get_page(transport, integration.service, key)
+        found = cache.get(url, key) if cache is not None else None
+        if found is None:
+            found = Definitions.from_answer(get(PATH))
+            if cache is not None:
+                cache.put(url, key, found)
+        if found.status != 200:
+            raise SyncError(f"GET {PATH} answered "
+                            f"{found.status or 'without a list of attributes'}")
+        return {name: str(d.get("data_type") or "") for name, d in found.read(get).items()}
 
 
 def _column_types(plan: RunPlan) -> tuple[dict[str, str], list[str]]:

@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
+from engage_sync.deliver.definitions import Definitions, DefinitionsCache
 from engage_sync.deliver.key_check import check_key
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
@@ -94,29 +95,42 @@ def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
 
 @dataclass(frozen=True)
 class ServiceLink:
-    """What a run sends through: the transport, the key, the budgets; and the key check's
-    answer (the workspace's attribute definitions, read by the type check), when checked."""
+    """What a run sends through: the transport, the key, the budgets; and, when checked, the
+    workspace's attribute definitions the key check read (or a folder's cache held), for the
+    type check."""
 
     transport: httpx.BaseTransport
     api_key: str
     budgets: RateBudgets
-    answer: httpx.Response | None = None
+    definitions: Definitions | None = None
 
 
 @contextmanager
 def service_link(integration: Integration, budgets: RateBudgets | None = None,
-                 blocks: SecretBlocks | None = None, *, check: bool = False
-                 ) -> Iterator[ServiceLink]:
+                 blocks: SecretBlocks | None = None, *, check: bool = False,
+                 cache: DefinitionsCache | None = None) -> Iterator[ServiceLink]:
     """The key (`service_key`), the budgets (`budgets_for`, this process's `budgets` shared)
     and the transport, in that order: the first that cannot be had raises; the transport is
     closed on exit. With `check`, the service is asked first whether it accepts the key
-    (`key_check`: once a run, before it reads)."""
+    (`key_check`: once a run, before it reads), unless `cache` (a folder's) holds this
+    service's and key's definitions, read within its TTL (`deliver/definitions.py`)."""
     key = service_key(integration, blocks)
     run_budgets = budgets_for(integration, budgets)
     with http_transport(integration) as transport:
-        answer = check_key(transport, integration.service, key, integration.name) \
-            if check else None
-        yield ServiceLink(transport, key, run_budgets, answer)
+        yield ServiceLink(transport, key, run_budgets,
+                          _definitions(integration, transport, key, cache) if check else None)
+
+
+def _definitions(integration: Integration, transport: httpx.BaseTransport, key: str,
+                 cache: DefinitionsCache | None) -> Definitions | None:
+    url = integration.service.base_url
+    found = cache.get(url, key) if cache is not None else None
+    if found is None:
+        answer = check_key(transport, integration.service, key, integration.name)
+        found = None if answer is None else Definitions.from_answer(answer)
+        if found is not None and cache is not None:
+            cache.put(url, key, found)
+    return found
 
 
 def http_transport(integration: Integration) -> httpx.BaseTransport:

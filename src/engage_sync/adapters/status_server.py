@@ -20,6 +20,8 @@ thread; `sync_starter`) and answers 202 `{"message": "success"}`; 429 `Another j
 progress` while a run of it is going on here or under a live lease elsewhere; 404 `Integration
 not found` for an id with no file; 400 `Invalid integration ID` for a malformed one.
 
+`GET /integrations/{integration_id}/trace?key=K`: one row's traced runs (`trace_endpoint`).
+
 `GET /metrics`: the records as Prometheus counters per integration (rows synced, failed,
 rejected, in doubt, unchanged; data points sent and saved; requests; runs by status) and the
 time of the last successful run (`status.metrics`); a scrape sends the same token
@@ -63,6 +65,7 @@ from starlette.routing import Route
 
 from engage_sync.adapters import dbt_webhook, freshness_watch
 from engage_sync.adapters.sync_starter import Sync, SyncStarter
+from engage_sync.adapters.trace_endpoint import trace_route
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.errors import ConfigError, SyncError
 from engage_sync.run.stop import StopRequest
@@ -218,6 +221,7 @@ def create_app(store: StateStore, token: str, config_dir: str | Path | None = No
                             Route(LIST_PATH, e.integrations, methods=["GET"]),
                             Route(SYNC_PATH, e.sync, methods=["POST"]),
                             Route("/metrics", e.metrics, methods=["GET"]),
+                            trace_route(store, e.refused, e.known),  # `engage-sync trace`
                             *([Route(dbt_webhook.PATH, webhook.handle, methods=["POST"])]
                               if webhook is not None else [])])
     app.state.starter = starter

@@ -33,6 +33,7 @@ from engage_sync.config.files import load_integration
 from engage_sync.config.integration import Integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.cpu_affinity import pin_setting, run_pin
+from engage_sync.deliver.definitions import DefinitionsCache
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError, RunInProgress
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
@@ -84,6 +85,7 @@ def sync_file(
     runner: Runner | None = None,
     stop: StopRequest | None = None,
     blocks: SecretBlocks | None = None,
+    definitions: DefinitionsCache | None = None,
 ) -> RunResult:
     """Run one integration file end to end, partitioned when it asks for partitions (then
     `runner` executes them: threads of this process by default). `stop`, once set, stops an
@@ -92,7 +94,8 @@ def sync_file(
     configured (`lineage`). With `writeback`, the runs it recorded are then written back to
     the warehouse (`writeback/`), which never fails the sync; with `alerts`, its alerts are
     evaluated (`alert_check`). `blocks` reads Prefect Secret blocks
-    (`resources.service_key`)."""
+    (`resources.service_key`). `definitions`: a folder's cache of the workspace's
+    attribute definitions, shared by its runs (`deliver/definitions.py`)."""
     tune_gc()  # a sync allocates per row and frees by reference count (gc_tuning)
     options = options or RunOptions()
     store = store or open_state()
@@ -102,7 +105,7 @@ def sync_file(
         with (_written_back(plan, store, since) as written,
               alert_check.evaluated_after(plan, store, clock)):
             result = _sync(path, plan, store, budgets, on_progress, clock or _utcnow, runner,
-                           seen, stop, blocks)
+                           seen, stop, blocks, definitions)
         result.writeback_error = written.error
         seen.finish(result.record)
     return result
@@ -153,7 +156,7 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
           on_progress: Callable[[dict[str, int]], None] | None,
           clock: Callable[[], datetime], runner: Runner | None,
           seen: lineage.Observer, stop: StopRequest | None,
-          blocks: SecretBlocks | None) -> RunResult:
+          blocks: SecretBlocks | None, definitions: DefinitionsCache | None) -> RunResult:
     """Everything that stops the run before its loop opens a run row is recorded at once
     (`failures.recorded`): the warehouse, the CPU setting, the key, the budgets, the
     transport, the key check (before anything is read) and the schema guard."""
@@ -165,9 +168,9 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
             held.callback(duckdb_turns.release, engine)
             pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
             link = held.enter_context(service_link(plan.integration, budgets, blocks,
-                                                   check=True))
+                                                   check=True, cache=definitions))
             guard_schema(plan, engine, store)
-            check_types(plan, link.answer, store, link.transport, link.api_key,
+            check_types(plan, link.definitions, store, link.transport, link.api_key,
                         engine)
             spend = spend_cap.reserve(plan, engine, store, clock)
         seen.start(plan, engine)
@@ -266,8 +269,8 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def run_direct(path: str | Path, options: RunOptions, state_url: str | None = None
-               ) -> dict[str, Any] | None:
+def run_direct(path: str | Path, options: RunOptions, state_url: str | None = None,
+               definitions: DefinitionsCache | None = None) -> dict[str, Any] | None:
     """The pipeline alone, without Prefect (`engage-sync run --no-prefect`): the status record,
     or a dry run's summary; progress lines on the `engage_sync.progress` logger. Prefect is not
     imported on this path (its start and memory are spared)."""
@@ -279,7 +282,7 @@ def run_direct(path: str | Path, options: RunOptions, state_url: str | None = No
     try:
         with stop_on_sigterm() as stop:  # SIGTERM: stop resumable (RunStopped)
             outcome = sync_file(path, options=options, store=store, on_progress=progress,
-                                stop=stop)
+                                stop=stop, definitions=definitions)
         if outcome.dry_run is not None:
             return outcome.dry_run.summary(outcome.integration)
         progress.finish(outcome.record or {})

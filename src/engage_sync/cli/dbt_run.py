@@ -25,6 +25,7 @@ from typing import Any
 
 from engage_sync.cli import dbt_exposures, plan
 from engage_sync.dbt.manifest import DEFAULT_MANIFEST
+from engage_sync.deliver.definitions import DefinitionsCache
 from engage_sync.errors import SKIPPED, ConfigError, RunInProgress
 
 
@@ -112,11 +113,12 @@ def run_folder(args: argparse.Namespace, before_prefect: Callable[[], None]) -> 
 def _run_all(args: argparse.Namespace, paths: list[Path], skips: dict[str, str]) -> int:
     from engage_sync.adapters.failures import expected, one_line
 
+    definitions = DefinitionsCache()  # the workspace's attribute definitions, read once
     records: dict[str, Any] = {}
     code = 0
     for path in paths:
         try:
-            result = _run_one(args, path)
+            result = _run_one(args, path, definitions)
         except RunInProgress as exc:
             print(f"engage-sync: {one_line(exc)}", file=sys.stderr)
             code = max(code, 75)
@@ -134,8 +136,9 @@ def _run_all(args: argparse.Namespace, paths: list[Path], skips: dict[str, str])
     return code
 
 
-def _run_one(args: argparse.Namespace, path: Path) -> Any:
-    """One integration as `engage-sync run FILE` runs it: a flow run, or `--no-prefect`."""
+def _run_one(args: argparse.Namespace, path: Path, definitions: DefinitionsCache) -> Any:
+    """One integration as `engage-sync run FILE` runs it: a flow run, or `--no-prefect` (then
+    sharing the folder's `definitions`; a flow run reads its own)."""
     from engage_sync.config.run_options import run_options
 
     options = run_options(args.mode, args.start, args.end, args.dry_run, args.resend_events,
@@ -144,7 +147,7 @@ def _run_one(args: argparse.Namespace, path: Path) -> Any:
     if args.no_prefect:
         from engage_sync.adapters.wiring import run_direct
 
-        return run_direct(path, options, args.state_url)
+        return run_direct(path, options, args.state_url, definitions)
     from engage_sync.adapters.flows import sync_flow
 
     result = sync_flow(

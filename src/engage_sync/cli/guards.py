@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,11 @@ def add_trace(sub: Any) -> None:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from engage_sync.adapters.wiring import open_state
-    from engage_sync.state import retention
+    from engage_sync.status.trace import as_json, traced
 
-    since = datetime.now(UTC) - retention.retention()
-    rows = [r for r in open_state(args.state_url).trace(Path(args.integration).stem, args.key)
-            if _utc(r["sync_start_time"]) >= since]
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+    rows = traced(open_state(args.state_url), Path(args.integration).stem, args.key)
+    if args.json:  # the status server's trace endpoint answers the same list
+        print(json.dumps(as_json(rows), indent=2))
         return 0
     if not rows:
         print("no traced run read this row (is `trace: true` set? runs before it are not traced)")
@@ -47,12 +44,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     print(f"{'RUN':<6} {'STARTED (UTC)':<19}  {'MODE':<11} {'RUN STATUS':<13} {'OUTCOME':<9} "
           f"{'REQUEST':<7}  SENT / UNCHANGED / REASON")
     for r in rows:
-        print(f"#{r['seq']:<5} {_utc(r['sync_start_time']):%Y-%m-%d %H:%M:%S}  {r['mode']:<11} "
+        print(f"#{r['seq']:<5} {r['sync_start_time']:%Y-%m-%d %H:%M:%S}  {r['mode']:<11} "
               f"{r['job_status']:<13} {r['outcome']:<9} {r['request'] or '-'!s:<7}  "
               f"sent [{', '.join(r['sent'])}] unchanged [{', '.join(r['unchanged'])}]"
               f"{'  ' + r['reason'] if r['reason'] else ''}")
     return 0
-
-
-def _utc(at: datetime) -> datetime:
-    return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -104,10 +104,11 @@ def plan(folder: Path, ref: str, state_url: str | None) -> dict[str, Any]:
     from engage_sync.adapters.wiring import open_state
     from engage_sync.config.file_diff import compare
     from engage_sync.config.files import load_integration
+    from engage_sync.deliver.definitions import DefinitionsCache
 
     root, files = changed_files(folder, ref)
     store = open_state(state_url) if files else None
-    cache: dict[tuple[str, str], dict[str, str]] = {}
+    cache = DefinitionsCache()  # the workspace's definitions read once per service and key
     out: list[dict[str, Any]] = []
     for path, name in files:
         old, old_note = _old(root, ref, name)

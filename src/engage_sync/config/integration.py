@@ -20,6 +20,7 @@ from pydantic import (
 
 from engage_sync.config import kind_registry, partition_names
 from engage_sync.config.alerts import Alerts
+from engage_sync.config.audience import AudienceSection, audience_defaults, audience_problem
 from engage_sync.config.dbt_ref import DbtRef
 from engage_sync.config.durations import Duration
 from engage_sync.config.sections import (
@@ -162,6 +163,13 @@ class Integration(Frozen):
     alerts: Alerts | None = None
     """Volume, freshness and failed-run alerts (`config/alerts.py`); a folder's
     `_defaults.yaml` may set them for every file."""
+    audience: AudienceSection | None = None
+    """Kind audience: which audience each row names, kept as an array or as booleans."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _audience_defaults(cls, data: Any) -> Any:
+        return audience_defaults(data)
 
     @field_validator("kind")
     @classmethod
@@ -188,6 +196,16 @@ class Integration(Frozen):
             self.changes, self.kind, m is not None, bool(m and m.subscription_groups),
             self.partitions, self.lookback is not None, set(self.model_fields_set),
             self.on_leave, m.identifier.kind if m is not None else None)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _audience(self) -> Integration:
+        m = self.mapping
+        problem = audience_problem(
+            self.kind, self.audience, bool(m and m.attributes),
+            bool(m and (m.subscription_groups or m.event or m.purchase)))
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -9,7 +9,7 @@ SQLAlchemy's dialect registry loads a dialect), so parsing a file works whatever
 before, and the layers hold (kinds depend on config, never the other way).
 
 Invariant: a kind is declared here if and only if `engage_sync.kinds` can build it (its
-`register` and `unregister` keep both in step; tests/unit/test_kinds_config.py checks it).
+`register` and `unregister` keep both in step; tests/unit/kinds/test_kinds_config.py checks it).
 """
 
 from __future__ import annotations

@@ -69,8 +69,8 @@ def snapshot_problem(changes: Changes, kind: str, mapped: bool, sub_groups: bool
             return (f"'{given[0]}' applies to 'changes: snapshot' only; add 'changes: snapshot' "
                     "(the model's whole result compared with the snapshot) or remove it")
         return None
-    if kind != "attributes":
-        return (f"'changes: snapshot' is for kind 'attributes', not '{kind}'; "
+    if kind not in ("attributes", "audience"):
+        return (f"'changes: snapshot' is for kinds 'attributes' and 'audience', not '{kind}'; "
                 "set 'changes: cursor' (the default)")
     if not mapped:
         return ("'changes: snapshot' needs 'mapping' (an identifier and attribute columns), "

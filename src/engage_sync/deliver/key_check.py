@@ -2,7 +2,9 @@
 
 A run with nothing to send would never learn that its key is wrong, and would read as a
 success. So before it reads, a run asks once: `GET /custom_attributes`, one page of a read in
-a rate group no run sends to (the `/users/track` budget and its counts are untouched).
+a rate group no run sends to (the `/users/track` budget and its counts are untouched). The
+runs of a folder ask once per service and key within a few minutes: the first answer, kept by
+`deliver/definitions.py`, stands for the others.
 
 Invariants:
 - only a 401 refuses the key (FatalDeliveryError): a 403 is a key the service knows without
@@ -20,11 +22,12 @@ import logging
 import httpx
 
 from engage_sync.config.service import Service
+from engage_sync.deliver.definitions import PATH, get_page
 from engage_sync.errors import FatalDeliveryError
 
 log = logging.getLogger(__name__)
 
-CHECK_PATH = "/custom_attributes"
+CHECK_PATH = PATH
 
 
 def check_key(transport: httpx.BaseTransport, service: Service, api_key: str,
@@ -32,16 +35,8 @@ def check_key(transport: httpx.BaseTransport, service: Service, api_key: str,
     """Raise FatalDeliveryError when the service answers 401 to one GET of CHECK_PATH with
     `api_key`; return otherwise. `service` is the integration's section, its URL expanded.
     Returns the answer, read, for the type check to reuse (None when there was none)."""
-    url = f"{service.base_url.rstrip('/')}{CHECK_PATH}"
-    timeout = service.timeout_seconds
-    request = httpx.Request("GET", url, headers={"Authorization": f"Bearer {api_key}"},
-                            extensions={"timeout": httpx.Timeout(timeout).as_dict()})
     try:
-        response = transport.handle_request(request)
-        try:
-            response.read()
-        finally:
-            response.close()
+        response = get_page(transport, service, api_key)(CHECK_PATH)  # the definitions' pager
     except httpx.HTTPError as exc:  # the run's own requests will meet it, with retries
         log.debug("integration %s: the key check had no answer (%s); the run goes on",
                   integration, type(exc).__name__)

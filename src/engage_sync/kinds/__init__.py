@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from engage_sync.config import kind_registry
+from engage_sync.kinds.audience import AUDIENCE
 from engage_sync.kinds.base import Kind
 from engage_sync.kinds.identity import ALIAS_RENAMES, DELETES, IDENTIFY_KIND, MERGES
 from engage_sync.kinds.subscriptions import SUBSCRIPTIONS
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Kind", "kind_of", "names", "rank", "register", "unregister"]
 
-_BUILT_IN = (IDENTIFY_KIND, MERGES, ALIAS_RENAMES, SUBSCRIPTIONS, ATTRIBUTES, EVENTS, PURCHASES,
-             DELETES)
+_BUILT_IN = (IDENTIFY_KIND, MERGES, ALIAS_RENAMES, SUBSCRIPTIONS, ATTRIBUTES, AUDIENCE, EVENTS,
+             PURCHASES, DELETES)
 _REGISTRY: dict[str, Kind] = {k.name: k for k in _BUILT_IN}
 for _kind in _BUILT_IN:
     kind_registry.declare(_kind)

@@ -27,15 +27,16 @@ from engage_sync.config.snapshot import leave_cap
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, RunRefused, SourceError
-from engage_sync.read.extract import connected, first_line, resolve_columns
+from engage_sync.read.extract import connected, first_line
 from engage_sync.read.plan import RunPlan, source_spec
 from engage_sync.run.loop import Deps, Run, run_sync
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.stage import Stages
 from engage_sync.snapshot import compare
 from engage_sync.snapshot.advance import advance
+from engage_sync.snapshot.audience import audience_kind, compared_source, layout_for
 from engage_sync.snapshot.kind import pending_kind
-from engage_sync.snapshot.layout import SEQ, Layout, layout_of
+from engage_sync.snapshot.layout import SEQ, Layout
 from engage_sync.snapshot.stage import SnapshotStage
 from engage_sync.state.store import StateStore
 
@@ -59,11 +60,12 @@ def snapshot_sync(plan: RunPlan, deps: Deps) -> dict[str, Any]:
 
 
 def pending_integration(integration: Integration, layout: Layout) -> Integration:
-    """The integration as its run reads it: the pending table, ordered by its numbers."""
+    """The integration as its run reads it: the pending table, ordered by its numbers, each
+    row keyed by the snapshot's key (the user; an audience's (user, audience))."""
     source = Source.model_validate({"table": layout.pending_name, "schema": layout.schema})
     return integration.model_copy(update={
         "source": source, "cursor_column": SEQ, "changes": "cursor", "diff": "off",
-        "lookback": None, "null_cursor": "skip"})
+        "lookback": None, "null_cursor": "skip", "row_key": layout.ids})
 
 
 class SnapshotScope(WholeRun):
@@ -88,9 +90,11 @@ class SnapshotRun(Run):
     def __init__(self, plan: RunPlan, deps: Deps) -> None:
         integration = plan.integration
         self.model, self.model_spec = integration, plan.spec
-        self.layout = layout_of(integration)
+        self.layout = layout_for(integration)
         pending = pending_integration(integration, self.layout)
-        kind = pending_kind(self.layout, integration.on_leave)
+        kind = audience_kind(self.layout) if integration.audience is not None else \
+            pending_kind(self.layout, integration.on_leave)
+        self.leavers = "users" if integration.audience is None else "memberships"
         pending_plan = RunPlan(pending, kind, source_spec(pending, kind), plan.options,
                                resend_in_doubt=kinds.kind_of(pending).resends_in_doubt(pending))
         super().__init__(pending_plan, deps, SnapshotScope(self.prepare))
@@ -99,9 +103,8 @@ class SnapshotRun(Run):
     def prepare(self) -> None:
         """The model's result compared with the snapshot, in the warehouse: the pending
         table."""
-        spec = self.model_spec
-        with connected(self.deps.engine, spec) as conn:
-            resolved = resolve_columns(conn, spec)
+        with connected(self.deps.engine, self.model_spec) as conn:
+            spec, resolved = compared_source(conn, self.model, self.model_spec)
             try:
                 compare.ensure_snapshot(conn, self.layout, spec, resolved)
                 compare.make_pending(conn, self.layout, spec, resolved, self.model.on_leave)
@@ -147,9 +150,10 @@ class SnapshotRun(Run):
         if counts.left > cap:
             verb = "clear" if self.model.on_leave == "clear" else "delete"
             raise ConfigError(
-                f"integration {self.i.name}: this run would {verb} {counts.left} users who "
-                f"left the model, more than max_leaves allows ({cap}: "
-                f"{self.model.max_leaves} of the {counts.held} users in the snapshot); "
+                f"integration {self.i.name}: this run would {verb} {counts.left} "
+                f"{self.leavers} that left the model, more than max_leaves allows ({cap}: "
+                f"{self.model.max_leaves} of the {counts.held} {self.leavers} in the "
+                "snapshot); "
                 "nothing was sent. Check the model, then raise 'max_leaves'",
                 key="max_leaves")
 

@@ -1,9 +1,8 @@
 """The workspace's types, checked before the first request: each attribute a run sends, against
 the definitions `GET /custom_attributes` lists (`data_type`, `status`).
 
-The first page is the key check's own answer (`deliver/key_check.py`), reused: no second call
-for it; a further page (`Link: rel="next"`) is asked only for a sent attribute not found yet
-whose name sorts after the last one seen (the pages are alphabetical).
+The definitions are the key check's answer (or a folder's cache of it), paged on by
+`deliver/definitions.py` only as far as a sent attribute not found yet may be.
 What is checked: a mapped column's type as the warehouse names it (the schema guard's record,
 `state/source_schemas.py`), or for the payload format the JSON types of a key in the guard's
 sample, against the attribute's `data_type`; a `Blocklisted` attribute; a mapped array column
@@ -20,14 +19,13 @@ answer that is not a list of definitions; `attribute_types: off` skips the check
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 import httpx
-import orjson
 from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
+from engage_sync.deliver.definitions import Definitions, get_page
 from engage_sync.errors import ConfigError
 from engage_sync.kinds import kind_of
 from engage_sync.read.array_lengths import longest
@@ -37,8 +35,6 @@ from engage_sync.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
-MAX_PAGES = 200  # 10,000 definitions at 50 a page
-_NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 _FITS: dict[str, tuple[str, ...]] = {
     # data_type → type texts (column types, upper-cased; JSON types lower-case) that fit it
     "String": ("CHAR", "TEXT", "STRING", "CLOB", "string"),
@@ -50,21 +46,22 @@ _FITS: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_types(plan: RunPlan, answer: httpx.Response | None, state: StateStore,
+def check_types(plan: RunPlan, found: Definitions | None, state: StateStore,
                 transport: httpx.BaseTransport, api_key: str, engine: Engine) -> None:
     """Raise ConfigError when a sent attribute's source type cannot be its `data_type`, or the
-    attribute is blocklisted; warn once on a 403; return otherwise."""
+    attribute is blocklisted; warn once on a 403; return otherwise. Further pages read are
+    added to `found` (a folder's next run reads them from there)."""
     integration = plan.integration
-    if integration.attribute_types == "off" or answer is None:
+    if integration.attribute_types == "off" or found is None:
         return
-    if answer.status_code == 403:
+    if found.status == 403:
         log.warning("integration %s: the API key may not read GET /custom_attributes (403): "
                     "the attributes' types were not checked; the run goes on", integration.name)
         return
     sent = sent_attributes(integration, state.source_schema(integration.name) or {})
-    if answer.status_code != 200 or not sent:
+    if found.status != 200 or not sent:
         return
-    defined = definitions(answer, transport, api_key, set(sent), integration)
+    defined = found.read(get_page(transport, integration.service, api_key), set(sent))
     problems = [p for name, (column, have) in sent.items()
                 if name in defined and (p := problem(name, column, have, defined[name]))]
     problems += too_long(plan, engine, sent, defined) if not problems else []
@@ -118,39 +115,3 @@ def too_long(plan: RunPlan, engine: Engine, sent: dict[str, tuple[str, str]],
     return [f"attribute {name!r} holds at most {limit} items in the workspace, but column "
             f"{column} ({sent[name][1]}) holds an array of {most[column]}"
             for name, (column, limit) in bounded.items() if most.get(column, 0) > limit]
-
-
-def definitions(answer: httpx.Response, transport: httpx.BaseTransport, api_key: str,
-                wanted: set[str], integration: Integration) -> dict[str, dict[str, Any]]:
-    """name → definition: the key check's page, then the next pages only while a wanted name
-    missing so far sorts after the last name seen (pages are alphabetical)."""
-    found: dict[str, dict[str, Any]] = {}
-    for _ in range(MAX_PAGES):
-        try:
-            page = {a["name"]: a for a in orjson.loads(answer.content)["attributes"]}
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            break
-        found.update(page)
-        link = _NEXT.search(answer.headers.get("link", ""))
-        last = max(((n.casefold(), n) for n in page), default=("", ""))
-        if link is None or not any((w.casefold(), w) > last for w in wanted - found.keys()):
-            break
-        answer = _get(transport, link.group(1), api_key, integration)
-        if answer.status_code != 200:
-            break
-    return found
-
-
-def _get(transport: httpx.BaseTransport, url: str, api_key: str, integration: Integration
-         ) -> httpx.Response:
-    if url.startswith("/"):
-        url = integration.service.base_url.rstrip("/") + url
-    timeout = httpx.Timeout(integration.service.timeout_seconds).as_dict()
-    response = transport.handle_request(httpx.Request(
-        "GET", url, headers={"Authorization": f"Bearer {api_key}"},
-        extensions={"timeout": timeout}))
-    try:
-        response.read()
-    finally:
-        response.close()
-    return response

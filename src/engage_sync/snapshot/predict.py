@@ -15,10 +15,11 @@ from sqlalchemy.engine import Engine
 
 from engage_sync.config.snapshot import leave_cap
 from engage_sync.errors import SourceError
-from engage_sync.read.extract import connected, first_line, resolve_columns
+from engage_sync.read.extract import connected, first_line
 from engage_sync.read.plan import RunPlan
+from engage_sync.snapshot.audience import compared_source, layout_for
 from engage_sync.snapshot.compare import empty_snapshot, pending_select
-from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, layout_of
+from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW
 
 DELETES_A_REQUEST = 50
 
@@ -38,11 +39,11 @@ class Prediction:
 def predict(plan: RunPlan, engine: Engine) -> Prediction:
     """What a snapshot run of `plan` would send, counted by the warehouse, nothing made."""
     integration, spec = plan.integration, plan.spec
-    layout = layout_of(integration)
+    layout = layout_for(integration)
     on_leave = integration.on_leave
     try:
         with connected(engine, spec) as conn:
-            resolved = resolve_columns(conn, spec)
+            spec, resolved = compared_source(conn, integration, spec)
             held_table = sa.inspect(conn).has_table(layout.snapshot_name, schema=layout.schema)
             snapshot = layout.snapshot() if held_table else \
                 empty_snapshot(layout, spec, resolved).subquery("engage_none")

@@ -4,7 +4,7 @@ bytes. Pure.
 A user's record is a map attribute slot → value digest (`diff.field_diff` makes them), stored
 as one compact blob (`encode`, 12 bytes per attribute) under a 16-byte hash of the user
 reference, so the state database holds neither a value nor an identifier. Stored blobs must
-decode the same in every release (tests/unit/test_field_diff.py checks known digests).
+decode the same in every release (tests/unit/diff/test_field_diff.py checks known digests).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from tests.integration.conftest import (
     table_integration,
 )
 from tests.integration.duckdb_reads import count_reads
-from tests.integration.test_duckdb_later import SPEC, WINDOWS, _engine, _fill
+from tests.integration.read.test_duckdb_later import SPEC, WINDOWS, _engine, _fill
 
 USERS, TWICE = 3000, 1000
 

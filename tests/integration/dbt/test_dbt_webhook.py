@@ -23,7 +23,7 @@ from engage_sync.adapters.dbt_webhook import signature
 from engage_sync.adapters.status_server import create_app
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, served
-from tests.integration.test_dbt_select import MANIFEST, RUN_RESULTS, folder_of, sent_attributes
+from tests.integration.dbt.test_dbt_select import MANIFEST, RUN_RESULTS, folder_of, sent_attributes
 
 TOKEN = "status-token-0123456789abcdef"
 SECRET = "whsec-shared-0123456789-abcdef"

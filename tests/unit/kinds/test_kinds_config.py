@@ -11,7 +11,7 @@ import pytest
 from engage_sync.config.files import load_integration, parse_integration
 from engage_sync.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _raw(kind: str, **extra: Any) -> dict[str, Any]:

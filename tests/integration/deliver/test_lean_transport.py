@@ -23,8 +23,8 @@ from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.pack.request import Request
-from tests.integration.test_http_transport import an_integration
-from tests.unit.test_deliver import make_request
+from tests.integration.deliver.test_http_transport import an_integration
+from tests.unit.deliver.test_deliver import make_request
 
 TIMEOUT = {"connect": 2.0, "read": 0.5, "write": 2.0, "pool": 2.0}
 Handler = Callable[[socket.socket, int], None]  # a connection, its number (from 0)

@@ -19,7 +19,7 @@ from engage_sync.cli.main import main
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import T0, Service, write_integration
 
-DBT = Path(__file__).resolve().parents[1] / "fixtures" / "dbt" / "shop" / "target"
+DBT = Path(__file__).resolve().parents[2] / "fixtures" / "dbt" / "shop" / "target"
 MANIFEST = DBT / "manifest.json"
 RUN_RESULTS = DBT / "run_results.json"
 ATTRIBUTE = {"users": "plan", "orders": "order_total", "crm": "crm_plan"}

@@ -10,7 +10,7 @@ import yaml
 
 from engage_sync.cli.main import main
 from tests.integration.conftest import Service
-from tests.integration.test_dbt_select import MANIFEST, folder_of
+from tests.integration.dbt.test_dbt_select import MANIFEST, folder_of
 
 
 def test_one_exposure_per_integration_on_its_model(

@@ -1,4 +1,4 @@
-"""YAML that users copy works: every YAML block of the README and every file under config/ is
+"""YAML that users copy works: every YAML block of the README and of docs/warehouses.md, and every file under config/ is
 read as engage-sync reads files (`${VAR}` references in flow style included) and accepted:
 an integration by the config model, a fragment of one merged into a minimal integration, a
 list of fault rules by the sandbox, the sandbox's seed by the sandbox."""
@@ -16,8 +16,9 @@ from engage_sandbox.state.seed import load_seed
 from engage_sync.config import yaml_text
 from engage_sync.config.files import load_integration, parse_integration
 
-ROOT = Path(__file__).resolve().parents[2]
-BLOCKS = re.findall(r"```ya?ml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+ROOT = Path(__file__).resolve().parents[3]
+BLOCKS = [block for page in ("README.md", "docs/warehouses.md")
+          for block in re.findall(r"```ya?ml\n(.*?)```", (ROOT / page).read_text(), re.S)]
 BASE = {"kind": "attributes", "source": {"table": "USERS_SYNC"}}
 
 

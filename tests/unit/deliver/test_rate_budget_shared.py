@@ -1,5 +1,6 @@
 """SharedRateBudget on a fake clock over an in-memory bucket that follows the same arithmetic as
-the PostgreSQL and Redis stores (tests/integration/test_shared_budget_stores.py checks those).
+the PostgreSQL and Redis stores (tests/integration/deliver/test_shared_budget_stores.py checks
+those).
 Nothing here really sleeps."""
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.ratelimit import RateBudget, RateBudgets
 from engage_sync.deliver.shared_budget import SharedRateBudget, SharedRateBudgets, plan
 from engage_sync.errors import ConfigError, RateBudgetUnavailable
-from tests.unit.test_deliver import make_request
-from tests.unit.test_ratelimit import FakeClock, grants, max_in_window
+from tests.unit.deliver.test_deliver import make_request
+from tests.unit.deliver.test_ratelimit import FakeClock, grants, max_in_window
 
 
 class MemoryStore:

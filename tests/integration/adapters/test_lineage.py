@@ -38,7 +38,7 @@ from tests.integration.conftest import (
     write_integration,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FACET_SCHEMA = json.loads(
     (ROOT / "src" / "engage_sync" / "adapters" / "EngageSyncRunFacet.json").read_text())
 PG_PASSWORD = "lineage-pw-5b1e0c"  # trust auth accepts it; no event may show it

@@ -73,6 +73,23 @@ def test_types_that_fit_and_the_check_switched_off_send(
     assert _run(path, state, capsys)[0] == 0
 
 
+def test_text_typed_a_number_stops_the_run_and_unchecked_the_sandbox_drops_it(
+    service: Service, state: StateStore, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The sandbox's definitions type `region` as a Number: the check names both and sends
+    nothing; switched off, the values are sent and dropped as the service drops them."""
+    attributes = {"REGION_TEXT": "region", "SCORE": "loyalty_points"}
+    code, lines = _run(_mapped(service, tmp_path, attributes), state, capsys)
+    assert code != 0 and all(n in lines[0] for n in ("'region'", "Number", "REGION_TEXT"))
+    assert service.requests("/users/track") == []
+    path = _mapped(service, tmp_path, attributes, attribute_types="off")
+    assert _run(path, state, capsys)[0] == 0
+    assert service.requests("/users/track")
+    for i in range(3):
+        profile = service.profile(f"c{i}")
+        assert profile is not None and profile["attributes"] == {"loyalty_points": i}
+
+
 def test_a_payload_key_of_the_wrong_type_stops_the_run(
     service: Service, state: StateStore, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
