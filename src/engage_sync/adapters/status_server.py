@@ -27,6 +27,9 @@ rejected, in doubt, unchanged; data points sent and saved; requests; runs by sta
 time of the last successful run (`status.metrics`); a scrape sends the same token
 (Prometheus' `authorization` setting).
 
+With a config folder, a thread checks the freshness alerts of its files
+(`adapters/freshness_watch.py`).
+
 Every request needs `Authorization: Bearer <token>`, the token being the value of
 `ENGAGE_SYNC_STATUS_TOKEN` (401 otherwise). The server binds 127.0.0.1 unless told otherwise.
 
@@ -60,7 +63,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engage_sync.adapters import dbt_webhook
+from engage_sync.adapters import dbt_webhook, freshness_watch
 from engage_sync.adapters.sync_starter import Sync, SyncStarter
 from engage_sync.adapters.trace_endpoint import trace_route
 from engage_sync.adapters.wiring import sync_file
@@ -224,6 +227,7 @@ def create_app(store: StateStore, token: str, config_dir: str | Path | None = No
     app.state.starter = starter
     app.state.stop = stop
     app.state.runs = runs
+    app.state.freshness = freshness_watch.start(store, e.folder)  # fresh_within, watched
     return app
 
 
@@ -284,6 +288,8 @@ def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", p
             pass  # runs in flight end their attempt and settle; a second signal ends the wait
     finally:
         sock.close()
+        if app.state.freshness is not None:
+            app.state.freshness.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if not received:

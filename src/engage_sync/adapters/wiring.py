@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engage_sync.adapters import lineage
+from engage_sync.adapters import alert_check, lineage
 from engage_sync.adapters.failures import recorded
 from engage_sync.adapters.gc_tuning import tune_gc
 from engage_sync.adapters.resources import (
@@ -93,8 +93,9 @@ def sync_file(
     unpartitioned run resumable (RunStopped), within the attempt timeout + 5 s.
     Raises ConfigError / SyncError after recording. Told to OpenLineage when it is
     configured (`lineage`). With `writeback`, the runs it recorded are then written back to
-    the warehouse (`writeback/`), which never fails the sync. `blocks` reads Prefect Secret
-    blocks (`resources.service_key`). `definitions`: a folder's cache of the workspace's
+    the warehouse (`writeback/`), which never fails the sync; with `alerts`, its alerts are
+    evaluated (`alert_check`). `blocks` reads Prefect Secret blocks
+    (`resources.service_key`). `definitions`: a folder's cache of the workspace's
     attribute definitions, shared by its runs (`deliver/definitions.py`)."""
     tune_gc()  # a sync allocates per row and frees by reference count (gc_tuning)
     options = options or RunOptions()
@@ -102,7 +103,8 @@ def sync_file(
     since = _utcnow()
     with lineage.observe(path, live=not options.dry_run, store=store) as seen:
         plan = _prepare(path, options, store, seen)
-        with _written_back(plan, store, since) as written:
+        with (_written_back(plan, store, since) as written,
+              alert_check.evaluated_after(plan, store, clock)):
             result = _sync(path, plan, store, budgets, on_progress, clock or _utcnow, runner,
                            seen, stop, blocks, definitions)
         result.writeback_error = written.error

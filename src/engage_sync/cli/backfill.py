@@ -28,7 +28,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any, cast
 from uuid import UUID
 
-from engage_sync.config.integration import parse_duration
+from engage_sync.config.durations import parse_duration
 from engage_sync.errors import ConfigError, SyncError
 
 MAX_CHUNKS = 10_000

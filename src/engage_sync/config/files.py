@@ -14,17 +14,23 @@ import yaml
 from pydantic import ValidationError
 
 from engage_sync.config import yaml_text
+from engage_sync.config.alerts import (
+    Alerts,
+    defaults_path,
+    folder_defaults_problem,
+    with_folder_defaults,
+)
 from engage_sync.config.integration import Integration
 from engage_sync.errors import ConfigError
 
 _SECRET_WORDS = ("key", "password", "secret", "token")
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError, under: str = "") -> str:
     """Each error as key and rule, never the value (models hide input; messages name keys)."""
     parts = []
     for e in err.errors(include_input=False, include_url=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in (*([under] if under else []), *e["loc"])) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "is not a key here; check its spelling and place"
@@ -71,8 +77,35 @@ def load_integration(path: str | Path) -> Integration:
     except yaml.YAMLError as exc:
         problem = _yaml_problem(exc)
     else:
-        return parse_integration(raw, file=str(path))
+        return parse_integration(with_folder_defaults(raw, folder_defaults(path)),
+                                 file=str(path))
     raise ConfigError(problem, file=str(path))
+
+
+def folder_defaults(integration_file: Path) -> dict[str, Any] | None:
+    """The folder's `_defaults.yaml` (`config/alerts.py`), checked on its own so that a bad
+    key names that file; None when the folder has none."""
+    path = defaults_path(integration_file)
+    if not path.is_file():
+        return None
+    try:
+        raw = yaml_text.load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        said = (_yaml_problem(exc) if isinstance(exc, yaml.YAMLError)
+                else f"cannot read the file ({exc.strerror})")
+        raise ConfigError(said, file=str(path)) from None
+    if raw is None:
+        return None
+    problem = folder_defaults_problem(raw)
+    if problem is None:
+        try:
+            Alerts.model_validate(raw["alerts"])
+        except ValidationError as exc:
+            problem = _describe(exc, "alerts")
+    if problem is not None:
+        raise ConfigError(f"{problem}; it applies to every integration file of the folder",
+                          file=str(path))
+    return dict(raw)
 
 
 def integration_files(folder: str | Path) -> list[Path]:

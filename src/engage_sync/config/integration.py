@@ -8,7 +8,6 @@ read from the environment variable named by `service.api_key_env` at run time (`
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -20,8 +19,10 @@ from pydantic import (
 )
 
 from engage_sync.config import kind_registry, partition_names
+from engage_sync.config.alerts import Alerts
 from engage_sync.config.audience import AudienceSection, audience_defaults, audience_problem
 from engage_sync.config.dbt_ref import DbtRef
+from engage_sync.config.durations import Duration
 from engage_sync.config.leave_check import leave_check_problem
 from engage_sync.config.sections import (
     KIND_SECTIONS,
@@ -49,24 +50,6 @@ from engage_sync.config.track_formats import IdentifierKind, MappedFormat, Paylo
 from engage_sync.config.writeback import Writeback, key_column_clash
 
 MAX_PARTITIONS = 64
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> timedelta:
-    """'90s', '5m', '2h', '1d' or a number of seconds → timedelta; raises ValueError."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=float(value))
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError("not a duration; write it like 90s, 5m, 2h or 1d")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class LeaveCheck(Frozen):
@@ -187,6 +170,9 @@ class Integration(Frozen):
     snapshot: SnapshotSection | None = None
     leave_check: LeaveCheck | None = None
     """With a cursor and `on_leave`: how often the source's identifiers are read whole."""
+    alerts: Alerts | None = None
+    """Volume, freshness and failed-run alerts (`config/alerts.py`); a folder's
+    `_defaults.yaml` may set them for every file."""
     audience: AudienceSection | None = None
     """Kind audience: which audience each row names, kept as an array or as booleans."""
 

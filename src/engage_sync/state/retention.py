@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from engage_sync.config.integration import parse_duration
+from engage_sync.config.durations import parse_duration
 from engage_sync.errors import ConfigError
 from engage_sync.state.store import StateStore
 

@@ -9,7 +9,8 @@ diff remembers (digests, never values); `engage_source_schemas` the source schem
 guard last accepted; `engage_retries` failed requests that later runs send again;
 `engage_writebacks` which runs were written back to the user's warehouse; `engage_spend` the
 data points reserved and billed per workspace and UTC day; `engage_traces` what became of
-each row of runs that trace (attribute names, never values).
+each row of runs that trace (attribute names, never values); `engage_alerts` the alerts
+raised and not yet cleared.
 """
 
 from __future__ import annotations
@@ -220,6 +221,19 @@ leave_checks = sa.Table(
 """Cursor integrations with `on_leave` (`state/leave_checks.py`): when their source's keys were
 last compared, the users found then (their identifiers, as Arrow), and the leavers of a check
 whose requests are under way (so a killed one resumes on the same rows)."""
+
+alerts = sa.Table(
+    "engage_alerts",
+    metadata,
+    sa.Column("integration", sa.String(100), primary_key=True),
+    sa.Column("condition", sa.String(20), primary_key=True),
+    sa.Column("raised_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("figures", sa.Text, nullable=False),
+)
+"""Per integration and condition (`alerts/conditions.py`): an alert raised and not yet
+cleared, with the figures it was raised with (JSON: numbers and names, never a row's value).
+A row is inserted only where none is (raised once) and deleted to clear (cleared once), so of
+two processes that see the same change only one delivers it (`state/alert_states.py`)."""
 
 field_log = sa.Table(
     "engage_field_log",

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Engine
 from engage_sync.state import fields as field_record
 from engage_sync.state import journal
 from engage_sync.state.acks import Acks, insert_acks
+from engage_sync.state.alert_states import AlertStates
 from engage_sync.state.fields import FieldRecord
 from engage_sync.state.journal import Journal
 from engage_sync.state.migrations import ensure_schema
@@ -54,7 +55,7 @@ from engage_sync.state.writebacks import Writebacks
 
 
 class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, SourceSchemas,
-                 Retries, Writebacks, Spend, Traces):
+                 Retries, Writebacks, Spend, Traces, AlertStates):
     """All reads and writes of engage-sync's own state. Thread-safe through the engine's pool."""
 
     def __init__(self, engine: Engine) -> None:

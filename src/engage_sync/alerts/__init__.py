@@ -1,0 +1,1 @@
+"""Alert conditions over an integration's runs, as pure functions (no I/O, no clock)."""
