@@ -318,7 +318,7 @@ def run_cli(path: Path, state_url: str, api_key: str) -> subprocess.Popen[bytes]
 
 def _wait_for_request(service: Service, n: int, proc: subprocess.Popen[bytes],
                       endpoint: str) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while len(service.requests(endpoint)) < n:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the run never reached the request to kill at"
@@ -326,7 +326,7 @@ def _wait_for_request(service: Service, n: int, proc: subprocess.Popen[bytes],
 
 
 def _wait_until_answered(service: Service, endpoint: str) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 300
     while any(r["status"] is None for r in service.requests(endpoint)):
         assert time.monotonic() < deadline
         time.sleep(0.1)

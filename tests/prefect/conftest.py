@@ -86,7 +86,7 @@ def start_prefect_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
                                 stderr=subprocess.STDOUT, start_new_session=True)
     api = f"http://127.0.0.1:{port}/api"
     try:
-        _wait(f"{api}/health", proc, log, "prefect server", 90)
+        _wait(f"{api}/health", proc, log, "prefect server", 400)  # a loaded machine
     except BaseException:
         _stop(proc)
         raise
@@ -193,10 +193,10 @@ def start_serve(folder: Path, state_url: str, api: str, api_key: str, log: Path,
 
 
 def wait_for_deployments(proc: subprocess.Popen[bytes], log: Path, *names: str) -> None:
-    """Until the server knows every deployment named (60 s at most)."""
+    """Until the server knows every deployment named (300 s at most: a loaded machine)."""
     from prefect.client.orchestration import get_client
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     with get_client(sync_client=True) as client:
         while True:
             if proc.poll() is not None:
