@@ -190,7 +190,7 @@ class Run:
         loop = self._send_loop(progress)
         self.stages.open()
         cutter = Cutter(self.kind.packer(self.i), progress, loop.submit, window.start,
-                        max((e.req_no for e in opened.done), default=0), bool(self.lookback))
+                        opened.last_req, bool(self.lookback))
         router = RowRouter(self.stages, cutter, Skipper(opened.done, window.start),
                            opened.crashed, self.counts, self._record_in_doubt)
         try:
