@@ -42,7 +42,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
-from engage_sync.adapters import prefect_exit, run_logs
+from engage_sync.adapters import folder_runs, prefect_exit, run_logs
 from engage_sync.adapters.artifacts import leave_artifacts
 from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.secret_blocks import secret_block
@@ -53,7 +53,6 @@ from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.definitions import DefinitionsCache
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SKIPPED, RunInProgress, SyncError
-from engage_sync.run.folder import run_order
 from engage_sync.state.store import StateStore
 from engage_sync.status.progress_report import ProgressReporter
 
@@ -185,9 +184,13 @@ async def sync_integration(
       task_run_name="{integration}")
 def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetime | None,
               dry_run: bool, resend_events: bool, state_url: str | None,
-              budgets: RateBudgets, definitions: DefinitionsCache | None = None
-              ) -> dict[str, Any] | State[Any]:
+              budgets: RateBudgets, store: StateStore | None = None,
+              definitions: DefinitionsCache | None = None) -> dict[str, Any] | State[Any]:
+    """One integration of a folder; on the folder's shared `store` and definitions when given."""
     try:
+        if store is not None:
+            return _run_one(store, integration, mode, start, end, dry_run, resend_events,
+                            None, budgets, None, definitions=definitions)
         return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
                        budgets, definitions=definitions)
     except SyncAlert as exc:
@@ -209,9 +212,11 @@ def sync_folder(
     dry_run: bool = False,
     resend_events: bool = False,
     state_url: str | None = None,
+    folder_concurrency: int | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Sync every integration file of a folder: identify, merges, alias renames, subscriptions,
-    attributes, events, purchases, then deletes; all share one set of rate budgets and one read
+    attributes, events, purchases, then deletes (`adapters/folder_runs.py`: the integrations
+    of one rank side by side); all share one set of rate budgets, one state store and one read
     of the workspace's attribute definitions (`deliver/definitions.py`, a few minutes).
 
     Args:
@@ -222,17 +227,23 @@ def sync_folder(
         dry_run: Read, validate and batch; send and record nothing.
         resend_events: Backfill only: send again events the incremental sync delivered.
         state_url: SQLAlchemy URL of the state database (default ENGAGE_SYNC_STATE_URL).
+        folder_concurrency: Integrations run at once (default ENGAGE_SYNC_FOLDER_CONCURRENCY,
+            else 4); the state store's pool holds two connections for each.
     """
     budgets = RateBudgets()
     definitions = DefinitionsCache()  # the workspace's attribute definitions, read once
-    results: dict[str, Any] = {}
-    failures = []
-    for path in run_order(integration_files(folder)):
-        try:
-            results[path.stem] = sync_task(str(path), mode, start, end, dry_run, resend_events,
-                                           state_url, budgets, definitions)
-        except Exception as exc:
-            failures.append(f"{path.stem}: {exc}")
+    concurrency = folder_runs.folder_concurrency(folder_concurrency)
+    store = folder_runs.shared_state(state_url, concurrency)
+    try:
+        ran = folder_runs.run_folder(
+            integration_files(folder), lambda path: sync_task(
+                str(path), mode, start, end, dry_run, resend_events, state_url, budgets, store,
+                definitions),
+            concurrency)
+    finally:
+        store.engine.dispose()
+    results = {k: v for k, v in ran.items() if not isinstance(v, Exception)}
+    failures = [f"{k}: {v}" for k, v in ran.items() if isinstance(v, Exception)]
     if failures:
         return _failed(SyncAlert("; ".join(failures)))
     return results

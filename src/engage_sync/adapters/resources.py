@@ -46,12 +46,23 @@ def state_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get("ENGAGE_SYNC_STATE_URL") or DEFAULT_STATE_URL
 
 
-def open_state(url: str | None = None) -> StateStore:
+POOL_WAIT_SECONDS = 600  # a thread waits this long for a state connection of a sized pool
+
+
+def open_state(url: str | None = None, pool: int | None = None) -> StateStore:
+    """The state store (`url`, else ENGAGE_SYNC_STATE_URL); `pool`: its connections at most
+    (half kept open), the pool's threads waiting for one beyond (not an in-memory SQLite
+    database, whose pool is one connection a thread)."""
     url = state_url(url)
     parsed = sa.engine.make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+    memory = parsed.database in (None, "", ":memory:")
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not memory:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # relative or absolute
-    return StateStore.from_url(url)
+    if pool is None or (parsed.get_backend_name() == "sqlite" and memory):
+        return StateStore.from_url(url)
+    kept = max(1, pool // 2)
+    return StateStore.from_url(url, pool_size=kept, max_overflow=pool - kept,
+                               pool_timeout=POOL_WAIT_SECONDS)
 
 
 def portable_url(store: StateStore) -> SecretStr:

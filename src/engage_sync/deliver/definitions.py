@@ -47,6 +47,7 @@ class Definitions:
     found: dict[str, dict[str, Any]] = field(default_factory=dict)
     next_url: str | None = None
     pages: int = 0
+    _reading: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def from_answer(cls, answer: httpx.Response) -> Definitions:
@@ -72,7 +73,12 @@ class Definitions:
 
     def read(self, get: Get, wanted: set[str] | None = None) -> dict[str, dict[str, Any]]:
         """Name → definition, reading further pages while one may hold a wanted name (every
-        page when `wanted` is None) and the Link goes on."""
+        page when `wanted` is None) and the Link goes on. One reader at a time: a folder's
+        runs share one Definitions across threads."""
+        with self._reading:
+            return self._read(get, wanted)
+
+    def _read(self, get: Get, wanted: set[str] | None) -> dict[str, dict[str, Any]]:
         while self.status == 200 and self.next_url is not None and self.pages < MAX_PAGES:
             if wanted is not None:
                 last = max(((n.casefold(), n) for n in self.found), default=("", ""))

@@ -86,7 +86,15 @@ class Differ:
     def open(self) -> None:
         """Before the first batch: fold what earlier runs logged (a run killed before its
         `close`), so the lookups see it. A first run (no record yet) looks nothing up: what
-        it records stays in the log until a fold."""
+        it records stays in the log until a fold. A first run resumed (no folded record, only
+        the log of an attempt that never reached `close`) may start a helper: it forgets that
+        log and opens on an empty record again, as the attempt's helper users already have
+        no record (those users are sent whole the next time they are read); folding it would
+        make the run look users up, never start its helper, and a helper user recorded by
+        the log whose object then ended in doubt would keep its older record."""
+        if self.start_helper is not None and not self.refresh \
+                and not self.state.has_field_record(self.integration):
+            self.state.forget_fields(self.integration)
         self.state.fold_fields(self.integration)
         self.blank = not self.state.has_field_record(self.integration)
 

@@ -54,6 +54,7 @@ from engage_sync.run.journaling import send_loop_for
 from engage_sync.run.lease import Lease, new_owner
 from engage_sync.run.resume import Opened, Skipper, open_run
 from engage_sync.run.rows import RowRouter
+from engage_sync.run.running_counts import CountsShown
 from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop
 from engage_sync.run.stages import bind_run, stages_for
@@ -105,6 +106,7 @@ class Run:
         self.window_rows: int | None = None  # counted once when someone watches progress
         self.owner = new_owner()
         self.lease: Lease | None = None
+        self.shown = CountsShown(lambda: deps.state.show_counts(self.run_id))  # mid-way
 
     def _drops(self) -> Drops:
         """Lookback drops rows acknowledged before; a backfill of events drops what
@@ -190,7 +192,7 @@ class Run:
         loop = self._send_loop(progress)
         self.stages.open()
         cutter = Cutter(self.kind.packer(self.i), progress, loop.submit, window.start,
-                        max((e.req_no for e in opened.done), default=0), bool(self.lookback))
+                        opened.last_req, bool(self.lookback))
         router = RowRouter(self.stages, cutter, Skipper(opened.done, window.start),
                            opened.crashed, self.counts, self._record_in_doubt)
         try:
@@ -289,7 +291,9 @@ class Run:
             self.report()
 
     def report(self) -> None:
-        """Counts so far to `on_progress`, with `window_rows` once counted."""
+        """Counts so far to `on_progress`, with `window_rows` once counted, and (throttled)
+        onto the run's row, for its record mid-way."""
+        self.shown.tick()
         if self.deps.on_progress is not None:
             extra = {} if self.window_rows is None else {"window_rows": self.window_rows}
             self.deps.on_progress({**self.counts, **extra})

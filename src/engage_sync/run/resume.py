@@ -8,8 +8,9 @@ Invariants:
   process (a run from before leases: refused while its owner's pid lives on this host);
 - what was in flight at the crash follows the in-doubt policy handed in: sent again
   (`resend`) or counted in doubt and named (`skip`);
-- `Skipper` hands back, in source order, the ranges the journal settled, so the resumed run
-  sends none of their rows again.
+- `Skipper` hands back, in source order, the ranges the journal settled after the run's
+  progress, so the resumed run sends none of their rows again; what the progress passed is
+  never loaded (`Journal.frontier`), so a resume's memory does not grow with what was settled.
 """
 
 from __future__ import annotations
@@ -33,14 +34,17 @@ log = logging.getLogger("engage_sync.run.resume")
 
 @dataclass
 class Opened:
-    """A run ready to stream: its id, window, the journal entries an earlier attempt settled,
-    and (skip policy) the numbers of the requests in flight at the crash whose rows are still
-    to be named (journaled without their keys)."""
+    """A run ready to stream: its id, window, the journal entries an earlier attempt settled
+    after its progress (the frontier: those before it are never read again), (skip policy)
+    the numbers of the requests in flight at the crash whose rows are still to be named
+    (journaled without their keys), and the highest request number journaled (the resumed
+    run numbers its requests after it)."""
 
     run_id: str
     window: Window
     done: list[JournalEntry] = field(default_factory=list)
     crashed: set[int] = field(default_factory=set)
+    last_req: int = 0
 
 
 def open_run(state: StateStore, name: str, mode: str, scope: str | None,
@@ -76,9 +80,9 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
     window = Window(start=decode_cursor(resumed["progress"]),
                     signpost=signpost[0] if signpost else None,
                     floor=floor[0] if floor else None, before=before())
-    done = [e for e in state.journal_entries(run_id) if e.state != "pending"]
+    done, last_req = state.frontier(run_id, window.start)
     log.info("integration %s: resuming run %s", name, run_id)
-    return Opened(run_id, window, done, crashed)
+    return Opened(run_id, window, done, crashed, last_req)
 
 
 def refuse_if_in_progress(state: StateStore, name: str, mode: str, scope: str | None) -> None:

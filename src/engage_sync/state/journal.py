@@ -140,6 +140,31 @@ class Journal:
                              decode_cursor(r.end_cursor) or (), r.item_count, r.state)
                 for r in rows]
 
+    def frontier(self, run_id: str, after: tuple[Any, ...] | None
+                 ) -> tuple[list[JournalEntry], int]:
+        """What a resumed run needs of its journal: the settled entries whose range ends after
+        `after` (its progress: every row at or before it is settled and not read again), in
+        no particular order, and the run's highest request number (0 if none). The entries
+        are streamed `KEYS_FETCHED` at a time and those the progress passed are dropped as
+        they come, so the memory held is the frontier's (bounded by what was in flight at the
+        crash), not the settled journal's."""
+        with self.engine.connect() as conn:
+            highest = conn.execute(sa.select(sa.func.max(journal.c.req_no))
+                                   .where(journal.c.run_id == run_id)).scalar()
+            result = conn.execution_options(
+                stream_results=True, max_row_buffer=KEYS_FETCHED).execute(
+                sa.select(journal.c.req_no, journal.c.start_cursor, journal.c.end_cursor,
+                          journal.c.state, journal.c.item_count)
+                .where(journal.c.run_id == run_id, journal.c.state != "pending"))
+            kept: list[JournalEntry] = []
+            for part in result.partitions(KEYS_FETCHED):
+                for r in part:
+                    end = decode_cursor(r.end_cursor) or ()
+                    if after is None or end > after:
+                        kept.append(JournalEntry(r.req_no, decode_cursor(r.start_cursor),
+                                                 end, r.item_count, r.state))
+        return kept, int(highest or 0)
+
     def settled_ranges(self, integration: str, modes: Sequence[str]
                        ) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...], Any]]:
         """(start, end] cursor ranges of requests that runs of these modes (or their

@@ -164,6 +164,18 @@ class RowErrors:
         with self.engine.connect() as conn:
             return run_counts(conn, run_id)
 
+    def show_counts(self, run_id: str) -> None:
+        """Write a running run's counts so far (`run_counts`: its journal's and row errors')
+        on its row, so its record shows them mid-way; a row no longer `running` is left as
+        its end wrote it."""
+        with self.engine.begin() as conn:
+            c = run_counts(conn, run_id)
+            conn.execute(runs.update().where(
+                runs.c.run_id == run_id, runs.c.job_status == "running").values(
+                rows_synced=c.synced, rows_failed_with_errors=c.failed,
+                rows_in_doubt=c.in_doubt, rows_rejected=c.rejected,
+                errors_unmapped=c.unmapped, rows_possibly_duplicated=c.duplicated))
+
     def errors(self, integration: str, limit: int = 100, partition: str | None = None
                ) -> list[dict[str, Any]]:
         """The integration's row errors, newest first, its partitions' included, each with

@@ -67,8 +67,9 @@ class StateStore(RunRows, Journal, RowErrors, Acks, FieldRecord, PartitionRuns, 
         ensure_schema(engine)
 
     @classmethod
-    def from_url(cls, url: str) -> StateStore:
-        engine = sa.create_engine(url)
+    def from_url(cls, url: str, **engine_args: Any) -> StateStore:
+        """The store at `url`; `engine_args` size its pool (`adapters/folder_runs.py`)."""
+        engine = sa.create_engine(url, **engine_args)
         if engine.dialect.name == "sqlite":
             sa.event.listen(engine, "connect", sqlite_pragmas)
         return cls(engine)
