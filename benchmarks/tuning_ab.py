@@ -113,7 +113,10 @@ def one_run(tree: Path, tuning: dict[str, str], integration: Path, state: Path |
               "cpu_s": round(times["user_s"] + times["sys_s"], 2),
               "sink_cpu_s": round(_process_cpu(sink_pid) - sink, 2), "load1": load,
               "requests": int(requests.get("/users/track", 0)),
-              "job_status": record["job_status"]}
+              "job_status": record["job_status"],
+              # what the pin did (the CPU chosen, moved, let go): a run that lost it is slower
+              "pin_log": [line.split("engage_sync.", 1)[-1][:160] for line in
+                          proc.stderr.decode(errors="replace").splitlines() if "CPU" in line][-4:]}
     if keep is not None:
         with sqlite3.connect(run_dir / "state.db") as con:  # the WAL into the file
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
