@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engage_sync.adapters.alert_delivery import Alert, delivery_for
+from engage_sync.adapters.failures import after_the_run
 from engage_sync.alerts import conditions
 from engage_sync.alerts.conditions import Finding, RunFigures
 from engage_sync.config.integration import Integration
-from engage_sync.errors import RunInProgress
 from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import record
@@ -41,18 +41,12 @@ def evaluated_after(plan: RunPlan, store: StateStore, clock: Clock | None = None
                     ) -> Iterator[None]:
     """After the run inside ended or failed (not a dry run, nor another process's run), the
     integration's alerts are evaluated on its newest finished run."""
-    ended = False
-    try:
-        yield
-        ended = True
-    except RunInProgress:
-        raise
-    except Exception:
-        ended = True
-        raise
-    finally:
-        if ended and not plan.options.dry_run and plan.integration.alerts is not None:
+    def evaluate() -> None:
+        if plan.integration.alerts is not None:
             after_run(plan.integration, store, clock=clock)
+
+    with after_the_run(evaluate, plan.options.dry_run):
+        yield
 
 
 def figures_of(run: Mapping[str, Any]) -> RunFigures:

@@ -12,7 +12,7 @@ opens a run row is recorded by `recorded` here, the one recorder of such failure
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -89,3 +89,22 @@ def record_failure(store: StateStore, name: str, exc: Exception, mode: str = "in
         f"stopped before reading by an unexpected {type(exc).__name__} (see the log)"), name)
     run_id = store.open_run(name, mode, None, None, job_status=status, message=message)
     store.finish_run(run_id, status, message=message)
+
+
+@contextmanager
+def after_the_run(then: Callable[[], None], dry_run: bool) -> Iterator[None]:
+    """`then()` once the run inside ended or failed; not after a dry run, an interrupt
+    (KeyboardInterrupt, SystemExit) or another process's run (RunInProgress: what follows a
+    run is that run's own)."""
+    ended = False
+    try:
+        yield
+        ended = True
+    except RunInProgress:
+        raise
+    except Exception:
+        ended = True
+        raise
+    finally:
+        if ended and not dry_run:
+            then()

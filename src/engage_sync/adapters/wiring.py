@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engage_sync.adapters import alert_check, lineage
-from engage_sync.adapters.failures import recorded
+from engage_sync.adapters.failures import after_the_run, recorded
 from engage_sync.adapters.gc_tuning import tune_gc
 from engage_sync.adapters.resources import (
     SecretBlocks,
@@ -36,7 +36,7 @@ from engage_sync.config.run_options import RunOptions
 from engage_sync.cpu_affinity import pin_setting, run_pin
 from engage_sync.deliver.definitions import DefinitionsCache
 from engage_sync.deliver.ratelimit import RateBudgets
-from engage_sync.errors import ConfigError, RunInProgress
+from engage_sync.errors import ConfigError
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope
 from engage_sync.read import duckdb_turns
@@ -139,18 +139,13 @@ def _written_back(plan: RunPlan, store: StateStore, since: datetime) -> Iterator
     pending) are written to the warehouse when the integration asks for it, never raising;
     not after a dry run, an interrupt, or another process's run (RunInProgress: its write-back
     is its own)."""
-    written, ended = WrittenBack(), False
-    try:
+    written = WrittenBack()
+
+    def write() -> None:
+        written.error = write_back(plan, store, since, writeback_engine)
+
+    with after_the_run(write, plan.options.dry_run):
         yield written
-        ended = True
-    except RunInProgress:
-        raise
-    except Exception:
-        ended = True
-        raise
-    finally:
-        if ended and not plan.options.dry_run:
-            written.error = write_back(plan, store, since, writeback_engine)
 
 
 def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudgets | None,
