@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 
 from engage_sync.errors import SourceError
 from engage_sync.read.extract import first_line
-from engage_sync.snapshot.layout import CHANGE, LEFT, SEQ, Layout
+from engage_sync.snapshot.layout import CHANGE, LEFT, ROW, SEQ, Layout
 from engage_sync.state.snapshot_marks import acknowledged, record_left
 from engage_sync.state.store import StateStore
 
@@ -66,7 +66,7 @@ def _apply(conn: sa.Connection, layout: Layout, pairs: list[tuple[Any, Any]],
     same = sa.and_(*(s.c[c] == p.c[c] for c in layout.ids))
     conn.execute(s.delete().where(sa.select(sa.literal(1)).select_from(p).where(
         same, acked).exists()))
-    kept = [*layout.ids, *(a.digest for a in layout.attributes)]
+    kept = [*layout.ids, ROW, *(a.digest for a in layout.attributes)]
     conn.execute(s.insert().from_select(kept, sa.select(*(p.c[c] for c in kept)).where(
         acked, p.c[CHANGE] != LEFT, *(p.c[c].is_not(None) for c in layout.ids))))
     return int(left)

@@ -11,9 +11,14 @@ Invariants:
   a removal), or, with `on_leave` other than keep, when the model no longer returns it (left:
   `clear` removes each attribute the snapshot holds a value of, and only those); a user with
   nothing to send is not pending;
-- leavers are numbered after every other user.
-A digest is the first 16 hex digits of the MD5 of the value's text in the warehouse: stable
-across versions of the warehouse's engine (its own hash functions are not).
+- the model and the snapshot are joined on the identifier and one row digest a user
+  (`row_digest`), so the join holds a number a user; attribute digests are computed, and
+  the snapshot's read, only for the users whose row digest differs (new, changed, left), and
+  only those are numbered (leavers after every other user);
+- the warehouse's memory limit stays as the URL sets it: a join larger than it spills.
+An attribute's digest is the first 16 hex digits of the MD5 of the value's text in the
+warehouse: stable across versions of the warehouse's engine, so the attributes sent never
+depend on its hash functions (a row digest that changed with them costs time only).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from sqlalchemy.sql.ddl import DDLElement
 from engage_sync.read.extract import source_of
 from engage_sync.read.key_digest import key_md5
 from engage_sync.read.source_spec import SourceSpec
-from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, SEQ, Layout
+from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, ROW, SEQ, Layout
+from engage_sync.snapshot.row_digest import column_type, row_digest
 
 HERE = "engage_here"
 
@@ -68,17 +74,20 @@ def ensure_snapshot(conn: Connection, layout: Layout, spec: SourceSpec,
                                if_not_exists=True))
     have = {c["name"].lower() for c in sa.inspect(conn).get_columns(
         layout.snapshot_name, schema=layout.schema)}
-    for a in layout.attributes:
-        if a.digest not in have:
+    wanted = [(ROW, column_type(conn.dialect.name)),
+              *((a.digest, "VARCHAR") for a in layout.attributes)]
+    for name, sql_type in wanted:
+        if name not in have:
             conn.exec_driver_sql(
                 f"ALTER TABLE {layout.quoted(conn.dialect, layout.snapshot_name)} "
-                f"ADD COLUMN {prep.quote(a.digest)} VARCHAR")
+                f"ADD COLUMN {prep.quote(name)} {sql_type}")
 
 
 def empty_snapshot(layout: Layout, spec: SourceSpec, resolved: dict[str, str]
                    ) -> sa.Select[Any]:
     """No row, in the snapshot's shape: its identifiers typed as the model's."""
     return sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
+                     row_digest([sa.literal("", sa.String)]).label(ROW),
                      *(sa.cast(sa.null(), sa.String).label(a.digest) for a in layout.attributes)
                      ).select_from(source_of(spec)).where(sa.false())
 
@@ -87,27 +96,43 @@ def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
                    on_leave: str, snapshot: sa.FromClause | None = None) -> sa.Select[Any]:
     """The users to send and what of each (see the module's invariants), numbered;
     `snapshot` stands for the snapshot table (a dry run's empty one, before any run)."""
+    values: list[sa.ColumnElement[Any]] = [sa.column(resolved[a.column])
+                                           for a in layout.attributes]
     cur = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
-                    *(sa.column(resolved[a.column]).label(a.column) for a in layout.attributes),
-                    *(digest(sa.column(resolved[a.column])).label(a.digest)
-                      for a in layout.attributes),
+                    *(v.label(a.column) for v, a in zip(values, layout.attributes, strict=True)),
+                    row_digest(values).label(ROW),
                     sa.literal(1).label(HERE)).select_from(source_of(spec)).subquery("engage_cur")
-    old = (snapshot if snapshot is not None else layout.snapshot()).alias("engage_old")
-    joined = cur.join(old, sa.and_(*(cur.c[c] == old.c[c] for c in layout.ids)), full=True)
-    is_new = old.c[layout.ids[0]].is_(None)
-    is_left = cur.c[HERE].is_(None)
+    held = snapshot if snapshot is not None else layout.snapshot()
+    keys = sa.select(*(held.c[c] for c in layout.ids), held.c[ROW]).subquery("engage_keys")
+    differ = sa.select(
+        sa.case((keys.c[layout.ids[0]].is_(None), sa.literal(NEW)),
+                (cur.c[HERE].is_(None), sa.literal(LEFT)),
+                else_=sa.literal(CHANGED)).label(CHANGE),
+        *(sa.func.coalesce(cur.c[c], keys.c[c]).label(c) for c in layout.ids),
+        *(cur.c[a.column] for a in layout.attributes), cur.c[ROW],
+    ).select_from(cur.join(keys, sa.and_(*(cur.c[c] == keys.c[c] for c in layout.ids)),
+                           full=True)
+                  ).where(cur.c[ROW].is_distinct_from(keys.c[ROW])).subquery("engage_differ")
+    return _numbered(layout, differ, held.alias("engage_old"), on_leave)
+
+
+def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str
+              ) -> sa.Select[Any]:
+    """The users whose row differs, with their attribute digests and what to send of each
+    (the snapshot's digests read for them only), numbered."""
+    joined = differ.join(old, sa.and_(*(differ.c[c] == old.c[c] for c in layout.ids)),
+                         isouter=True)
+    change = differ.c[CHANGE]
     sends = []
     for a in layout.attributes:
+        now = digest(differ.c[a.column])
         gone = old.c[a.digest].is_not(None) if on_leave == "clear" else sa.false()
-        sends.append(sa.case((is_new, cur.c[a.digest].is_not(None)), (is_left, gone),
-                             else_=cur.c[a.digest].is_distinct_from(old.c[a.digest])
-                             ).label(a.send))
-    change = sa.case((is_new, sa.literal(NEW)), (is_left, sa.literal(LEFT)),
-                     else_=sa.literal(CHANGED)).label(CHANGE)
-    inner = sa.select(change,
-                      *(sa.func.coalesce(cur.c[c], old.c[c]).label(c) for c in layout.ids),
-                      *(cur.c[a.column] for a in layout.attributes),
-                      *(cur.c[a.digest] for a in layout.attributes),
+        sends.append(sa.case((change == NEW, differ.c[a.column].is_not(None)),
+                             (change == LEFT, gone),
+                             else_=now.is_distinct_from(old.c[a.digest])).label(a.send))
+    inner = sa.select(change, *(differ.c[c] for c in layout.ids),
+                      *(differ.c[a.column] for a in layout.attributes), differ.c[ROW],
+                      *(digest(differ.c[a.column]).label(a.digest) for a in layout.attributes),
                       *sends).select_from(joined).subquery("engage_delta")
     wanted: list[sa.ColumnElement[Any]] = [inner.c[a.send] for a in layout.attributes]
     if on_leave == "delete":

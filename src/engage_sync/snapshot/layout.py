@@ -1,8 +1,9 @@
 """Where a snapshot integration keeps its state in the warehouse, and the columns. Pure.
 
 Two tables in the `snapshot.schema` of the integration's own warehouse:
-- the snapshot: one row per user the service acknowledged, its identifier column(s) and one
-  digest per mapped attribute (NULL: the attribute holds no value of ours);
+- the snapshot: one row per user the service acknowledged, its identifier column(s), the
+  digest of its whole row (`ROW`, what the comparison joins) and one digest per mapped
+  attribute (NULL: the attribute holds no value of ours);
 - the pending changes of the current run: the users whose result differs from the snapshot
   (new, changed, left), numbered by `SEQ`, with what to send of each attribute (`send`
   columns), the values, and the digests the snapshot takes once the service acknowledged them.
@@ -23,6 +24,8 @@ from engage_sync.config.integration import Integration
 
 SEQ = "engage_seq"
 """The pending row's number: the order the run reads and the position the journal keeps."""
+ROW = "engage_row"
+"""The digest of a user's mapped attributes together (`snapshot.row_digest`)."""
 CHANGE = "engage_change"
 """'new', 'changed' or 'left'."""
 NEW, CHANGED, LEFT = "new", "changed", "left"
@@ -70,13 +73,14 @@ class Layout:
 
     def snapshot(self) -> sa.TableClause:
         return sa.table(self.snapshot_name, *(sa.column(c) for c in self.ids),
-                        *(sa.column(a.digest) for a in self.attributes), schema=self.schema)
+                        sa.column(ROW), *(sa.column(a.digest) for a in self.attributes),
+                        schema=self.schema)
 
     def pending(self) -> sa.TableClause:
         return sa.table(self.pending_name, sa.column(SEQ), sa.column(CHANGE),
                         *(sa.column(c) for c in self.ids),
                         *(sa.column(a.column) for a in self.attributes),
-                        *(sa.column(a.digest) for a in self.attributes),
+                        sa.column(ROW), *(sa.column(a.digest) for a in self.attributes),
                         *(sa.column(a.send) for a in self.attributes), schema=self.schema)
 
     def quoted(self, dialect: Any, name: str) -> str:
