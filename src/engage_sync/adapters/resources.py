@@ -64,12 +64,10 @@ def portable_url(store: StateStore) -> SecretStr:
 
 
 def warehouse_engine(plan: RunPlan, read_only: bool = False) -> sa.Engine:
-    """The warehouse's engine, with the connect_args the plan expanded; `read_only` opens a
-    DuckDB file read-only, so that several processes (the workers of a partitioned run) may
-    read it at once."""
-    integration = plan.integration
-    url = secrets.expand(integration.warehouse.url, integration=integration.name,
-                         key="warehouse.url")
+    """The warehouse's engine, at the URL and with the connect_args the plan expanded;
+    `read_only` opens a DuckDB file read-only, so that several processes (the workers of a
+    partitioned run) may read it at once."""
+    integration, url = plan.integration, plan.spec.url
     connect_args = dict(plan.spec.connect_args)
     try:
         duckdb = url.startswith("duckdb:")
