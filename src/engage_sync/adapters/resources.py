@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
+from engage_sync.config.service import budget_store
 from engage_sync.deliver.definitions import Definitions, DefinitionsCache
 from engage_sync.deliver.key_check import check_key
 from engage_sync.deliver.lean_transport import LeanTransport
@@ -136,13 +137,15 @@ class ServiceLink:
 def service_link(integration: Integration, budgets: RateBudgets | None = None,
                  blocks: SecretBlocks | None = None, *, check: bool = False,
                  cache: DefinitionsCache | None = None) -> Iterator[ServiceLink]:
-    """The key (`service_key`), the budgets (`budgets_for`, this process's `budgets` shared)
-    and the transport, in that order: the first that cannot be had raises; the transport is
-    closed on exit. With `check`, the service is asked first whether it accepts the key
-    (`key_check`: once a run, before it reads), unless `cache` (a folder's) holds this
-    service's and key's definitions, read within its TTL (`deliver/definitions.py`)."""
+    """The key (`service_key`), the budgets (their store resolved by `budget_store`, then
+    `budgets_for`, this process's `budgets` shared) and the transport, in that order: the
+    first that cannot be had raises; the transport is closed on exit. With `check`, the
+    service is asked first whether it accepts the key (`key_check`: once a run, before it
+    reads), unless `cache` (a folder's) holds this service's and key's definitions, read
+    within its TTL (`deliver/definitions.py`)."""
     key = service_key(integration, blocks)
-    run_budgets = budgets_for(integration, budgets)
+    where = budget_store(integration.service.rate_budget, integration.name)
+    run_budgets = budgets_for(where, budgets)
     with http_transport(integration) as transport:
         yield ServiceLink(transport, key, run_budgets,
                           _definitions(integration, transport, key, cache) if check else None)
