@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
+from engage_sync.config.service import budget_store
 from engage_sync.deliver.definitions import Definitions, DefinitionsCache
 from engage_sync.deliver.key_check import check_key
 from engage_sync.deliver.lean_transport import LeanTransport
@@ -75,12 +76,10 @@ def portable_url(store: StateStore) -> SecretStr:
 
 
 def warehouse_engine(plan: RunPlan, read_only: bool = False) -> sa.Engine:
-    """The warehouse's engine, with the connect_args the plan expanded; `read_only` opens a
-    DuckDB file read-only, so that several processes (the workers of a partitioned run) may
-    read it at once."""
-    integration = plan.integration
-    url = secrets.expand(integration.warehouse.url, integration=integration.name,
-                         key="warehouse.url")
+    """The warehouse's engine, at the URL and with the connect_args the plan expanded;
+    `read_only` opens a DuckDB file read-only, so that several processes (the workers of a
+    partitioned run) may read it at once."""
+    integration, url = plan.integration, plan.spec.url
     connect_args = dict(plan.spec.connect_args)
     try:
         duckdb = url.startswith("duckdb:")
@@ -149,13 +148,15 @@ class ServiceLink:
 def service_link(integration: Integration, budgets: RateBudgets | None = None,
                  blocks: SecretBlocks | None = None, *, check: bool = False,
                  cache: DefinitionsCache | None = None) -> Iterator[ServiceLink]:
-    """The key (`service_key`), the budgets (`budgets_for`, this process's `budgets` shared)
-    and the transport, in that order: the first that cannot be had raises; the transport is
-    closed on exit. With `check`, the service is asked first whether it accepts the key
-    (`key_check`: once a run, before it reads), unless `cache` (a folder's) holds this
-    service's and key's definitions, read within its TTL (`deliver/definitions.py`)."""
+    """The key (`service_key`), the budgets (their store resolved by `budget_store`, then
+    `budgets_for`, this process's `budgets` shared) and the transport, in that order: the
+    first that cannot be had raises; the transport is closed on exit. With `check`, the
+    service is asked first whether it accepts the key (`key_check`: once a run, before it
+    reads), unless `cache` (a folder's) holds this service's and key's definitions, read
+    within its TTL (`deliver/definitions.py`)."""
     key = service_key(integration, blocks)
-    run_budgets = budgets_for(integration, budgets)
+    where = budget_store(integration.service.rate_budget, integration.name)
+    run_budgets = budgets_for(where, budgets)
     with http_transport(integration) as transport:
         yield ServiceLink(transport, key, run_budgets,
                           _definitions(integration, transport, key, cache) if check else None)

@@ -153,24 +153,28 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
           clock: Callable[[], datetime], runner: Runner | None,
           seen: lineage.Observer, stop: StopRequest | None,
           blocks: SecretBlocks | None, definitions: DefinitionsCache | None) -> RunResult:
-    """Everything that stops the run before its loop opens a run row is recorded at once
+    """The warehouse is opened once, the same way for a dry run and a live one. Everything
+    that stops a live run before its loop opens a run row is recorded at once
     (`failures.recorded`): the warehouse, the CPU setting, the key, the budgets, the
     transport, the key check (before anything is read), the schema guard, the type check, the
-    partitions and the spend cap."""
-    if plan.options.dry_run:
-        return _dry_run(plan, store, clock)
+    partitions and the spend cap. A dry run reads and packs, sending and recording nothing,
+    not even a changed schema (a warehouse out of reach is recorded, as for any run)."""
     with ExitStack() as held:
         with recorded(store, plan.name, plan.options.mode):
             engine = warehouse_engine(plan)
             held.callback(duckdb_turns.release, engine)
-            pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
-            link = held.enter_context(service_link(plan.integration, budgets, blocks,
-                                                   check=True, cache=definitions))
-            guard_schema(plan, engine, store)
-            check_types(plan, link.definitions, store, link.transport, link.api_key,
-                        engine)
-            count = count_for(store, plan)  # a kind that cannot be split so: ConfigError
-            spend = spend_cap.reserve(plan, engine, store, clock)
+            if not plan.options.dry_run:
+                pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
+                link = held.enter_context(service_link(plan.integration, budgets, blocks,
+                                                       check=True, cache=definitions))
+                guard_schema(plan, engine, store)
+                check_types(plan, link.definitions, store, link.transport, link.api_key,
+                            engine)
+                count = count_for(store, plan)  # a kind that cannot be split so: ConfigError
+                spend = spend_cap.reserve(plan, engine, store, clock)
+        if plan.options.dry_run:
+            guard_schema(plan, engine, store, record=False)
+            return RunResult(plan.name, dry_run=dry_run(plan, engine, store, clock=clock))
         seen.start(plan, engine)
         result = _send(path, plan, count, runner, stop, pin, Deps(
             engine=engine, state=store, transport=link.transport, api_key=link.api_key,
@@ -178,18 +182,6 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
     spend_cap.settle(store, spend, result)
     return RunResult(plan.name, record=result,
                      alert=flag_alert(store, result, plan.integration.failed_rows_alert_share))
-
-
-def _dry_run(plan: RunPlan, store: StateStore, clock: Callable[[], datetime]) -> RunResult:
-    """Read and pack, sending and recording nothing, not even a changed schema (a warehouse
-    out of reach is recorded, as for any run)."""
-    with recorded(store, plan.name, plan.options.mode):
-        engine = warehouse_engine(plan)
-    try:
-        guard_schema(plan, engine, store, record=False)
-        return RunResult(plan.name, dry_run=dry_run(plan, engine, store, clock=clock))
-    finally:
-        duckdb_turns.release(engine)
 
 
 def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,

@@ -4,12 +4,14 @@ ValidationError that `config.parse_integration` turns into a ConfigError naming 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from engage_sync.config.secrets import env_name_problem, redact_url
+from engage_sync.config.secrets import env_name_problem, expand, redact_url
 from engage_sync.config.sections import Frozen
+from engage_sync.errors import ConfigError
 
 
 class Limits(Frozen):
@@ -56,6 +58,32 @@ def check_budget_url(backend: str, url: str) -> None:
     if url.partition("://")[0].lower() not in allowed:
         raise ValueError(f"{redact_url(url)} is not a {backend} URL (it should start with "
                          f"{' or '.join(s + '://' for s in allowed)})")
+
+
+@dataclass(frozen=True)
+class BudgetStore:
+    """A shared rate budget's store, resolved for a run: its URL expanded, and as messages
+    and reprs show it (the password hidden)."""
+
+    backend: str
+    url: str = field(repr=False)
+    shown: str
+    block: int | None
+
+
+def budget_store(cfg: RateBudgetConfig, integration: str) -> BudgetStore | None:
+    """Where a run's budgets are shared (None for `local`: this process only). Raises
+    ConfigError naming the integration and `service.rate_budget.url` for an unset variable
+    or a URL that does not suit the backend, never showing its password."""
+    if cfg.backend == "local":
+        return None
+    key = "service.rate_budget.url"
+    url = expand(cfg.url or "", integration=integration, key=key)
+    try:
+        check_budget_url(cfg.backend, url)
+    except ValueError as exc:
+        raise ConfigError(f"integration {integration}: {exc}", key=key) from None
+    return BudgetStore(cfg.backend, url, redact_url(url), cfg.block)
 
 
 class TaskRunnerConfig(Frozen):

@@ -57,7 +57,7 @@ class RunPlan:
 
 def prepare(integration: Integration, options: RunOptions) -> RunPlan:
     """The plan of a run of `integration`. Raises ConfigError for an unset variable that the
-    service URL or `warehouse.connect_args` names."""
+    service URL, `warehouse.connect_args` or `warehouse.url` names."""
     kind = kinds.kind_of(integration)
     url = secrets.expand(integration.service.base_url, integration=integration.name,
                          key="service.base_url")  # `${VAR:-default}` references
@@ -87,4 +87,6 @@ def source_spec(integration: Integration, kind: Kind) -> SourceSpec:
         merged=kind.merges(integration),
         connect_args=secrets.connect_args(integration.warehouse.connect_args,
                                           integration.name),
+        url=secrets.expand(integration.warehouse.url, integration=integration.name,
+                           key="warehouse.url"),
     )

@@ -39,6 +39,9 @@ class SourceSpec:
     connect_args: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """`warehouse.connect_args`, expanded: the Arrow readers that connect on their own (ADBC)
     hand them to the driver too. Never shown (not in the repr)."""
+    url: str = field(default="", repr=False, compare=False)
+    """`warehouse.url`, its `${VAR}` references expanded: where the run's engine connects
+    (`adapters/resources.py`). Never shown: it may hold a password."""
 
     @property
     def read_whole(self) -> bool:

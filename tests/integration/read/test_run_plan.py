@@ -13,15 +13,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from engage_sync import kinds
 from engage_sync.adapters import wiring
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.config import secrets
+from engage_sync.config.files import load_integration
 from engage_sync.config.run_options import RunOptions
+from engage_sync.errors import ConfigError
 from engage_sync.read import plan
 from engage_sync.state.store import StateStore
-from tests.integration.conftest import Service, Warehouse, event_rows, table_integration
+from tests.integration.conftest import (
+    Service,
+    Warehouse,
+    event_rows,
+    integration_body,
+    table_integration,
+)
 
 
 @pytest.fixture
@@ -78,3 +87,22 @@ def test_a_partitioned_run_prepares_once_and_once_in_each_partition(
     assert record is not None and record["rows_synced"] == 200, record
     # the coordinator, then 2 partitions
     assert calls == {"file": 3, "kind": 3, "spec": 3, "args": 3}
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_the_plan_expands_the_warehouse_url_once_and_never_shows_it(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = integration_body(warehouse, service, "events", "events_sync")
+    body["warehouse"] = {"url": "${WH_URL}"}
+    path = tmp_path / "events.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    monkeypatch.delenv("WH_URL", raising=False)
+    with pytest.raises(ConfigError) as missing:  # at the plan, naming its key
+        plan.prepare(load_integration(path), RunOptions())
+    assert "warehouse.url" in str(missing.value) and "WH_URL" in str(missing.value)
+    monkeypatch.setenv("WH_URL", warehouse.url)
+    prepared = plan.prepare(load_integration(path), RunOptions())
+    assert prepared.spec.url == warehouse.url  # the engines connect there, unexpanded again
+    assert warehouse.url not in repr(prepared.spec)

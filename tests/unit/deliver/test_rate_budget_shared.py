@@ -15,6 +15,8 @@ import yaml
 
 from engage_sync.adapters.budgets import budgets_for
 from engage_sync.config.files import load_integration
+from engage_sync.config.integration import Integration
+from engage_sync.config.service import BudgetStore, budget_store
 from engage_sync.deliver.budget_store import STORE_DEADLINE, guarded
 from engage_sync.deliver.deliverer import Deliverer
 from engage_sync.deliver.ratelimit import RateBudget, RateBudgets
@@ -223,11 +225,15 @@ def write(tmp_path: Path, rate_budget: object) -> Path:
     return path
 
 
+def resolved(integration: Integration) -> BudgetStore | None:
+    return budget_store(integration.service.rate_budget, integration.name)
+
+
 def test_local_is_the_default_and_keeps_the_given_budgets(tmp_path: Path) -> None:
     integration = load_integration(write(tmp_path, {"backend": "local"}))
     given = RateBudgets()
-    assert budgets_for(integration, given) is given
-    assert type(budgets_for(integration)) is RateBudgets
+    assert budgets_for(resolved(integration), given) is given
+    assert type(budgets_for(resolved(integration))) is RateBudgets
 
 
 @pytest.mark.parametrize("section, words", [
@@ -253,17 +259,18 @@ def test_the_url_is_expanded_checked_and_redacted(
                                                     "url": "${BUDGET_URL}"}))
     monkeypatch.delenv("BUDGET_URL", raising=False)
     with pytest.raises(ConfigError, match="BUDGET_URL is not set"):
-        budgets_for(integration)
+        budgets_for(resolved(integration))
     monkeypatch.setenv("BUDGET_URL", "redis://:hunter2@127.0.0.1:6379/0")
     with pytest.raises(ConfigError) as caught:
-        budgets_for(integration)
+        budgets_for(resolved(integration))
     assert "service.rate_budget.url" in str(caught.value)
     assert "hunter2" not in str(caught.value) and "***" in str(caught.value)
     monkeypatch.setenv("BUDGET_URL", "postgresql://sync:hunter2@127.0.0.1:1/db")
-    budgets = budgets_for(integration)
+    budgets = budgets_for(resolved(integration))
     assert isinstance(budgets, SharedRateBudgets)
     assert "hunter2" not in repr(budgets) and "hunter2" not in repr(budgets.store)
-    assert budgets_for(integration, budgets) is budgets  # one flow run's integrations share
+    # one flow run's integrations share
+    assert budgets_for(resolved(integration), budgets) is budgets
 
 
 def test_the_private_budget_is_unchanged_for_local() -> None:
