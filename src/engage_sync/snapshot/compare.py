@@ -12,9 +12,10 @@ Invariants:
   `clear` removes each attribute the snapshot holds a value of, and only those); a user with
   nothing to send is not pending;
 - the model and the snapshot are joined on the identifier and one row digest a user
-  (`row_digest`), so the join holds a number a user; attribute digests are computed, and
-  the snapshot's read, only for the users whose row digest differs (new, changed, left), and
-  only those are numbered (leavers after every other user);
+  (`row_digest`, of its values and of where the snapshot keeps them), so the join holds a
+  number a user; attribute digests are computed, and the snapshot's read, only for the users
+  whose row digest differs (new, changed, left), and only those are numbered (leavers after
+  every other user);
 - the warehouse's memory limit stays as the URL sets it: a join larger than it spills.
 An attribute's digest is the first 16 hex digits of the MD5 of the value's text in the
 warehouse: stable across versions of the warehouse's engine, so the attributes sent never
@@ -100,7 +101,7 @@ def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
                                            for a in layout.attributes]
     cur = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
                     *(v.label(a.column) for v, a in zip(values, layout.attributes, strict=True)),
-                    row_digest(values).label(ROW),
+                    row_digest([_kept_as(layout), *values]).label(ROW),
                     sa.literal(1).label(HERE)).select_from(source_of(spec)).subquery("engage_cur")
     held = snapshot if snapshot is not None else layout.snapshot()
     keys = sa.select(*(held.c[c] for c in layout.ids), held.c[ROW]).subquery("engage_keys")
@@ -114,6 +115,13 @@ def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
                            full=True)
                   ).where(cur.c[ROW].is_distinct_from(keys.c[ROW])).subquery("engage_differ")
     return _numbered(layout, differ, held.alias("engage_old"), on_leave)
+
+
+def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
+    """Where the snapshot keeps each attribute, as the row digest's first field: a file that
+    maps a column to another attribute (or an audience to another attribute) changes every
+    row's digest, so every user is compared again and sent to the new place."""
+    return sa.literal(" ".join(a.digest for a in layout.attributes), sa.String)
 
 
 def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str

@@ -20,7 +20,7 @@ from engage_sync.adapters.wiring import sync_file
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import Service, Warehouse, write_integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 USERS, GONE = 300, 30
 
 
