@@ -48,8 +48,8 @@ from prefect.states import Cancelled
 
 from engage_sync.adapters import telemetry
 from engage_sync.adapters.flows import sync_folder, sync_integration
+from engage_sync.config.durations import parse_duration
 from engage_sync.config.files import integration_files
-from engage_sync.config.integration import parse_duration
 
 LIMIT_ENV = "ENGAGE_SYNC_SERVE_LIMIT"
 LIMIT_CAP = 4  # the default's ceiling: every run in flight writes its states to the Prefect server

@@ -47,7 +47,7 @@ def folder_of(tmp_path: Path, count: int) -> Path:
             "kind: events\nrow_key: [EVENT_ID]\nsource: {table: t}\n"
             "warehouse: {url: 'postgresql+psycopg://u:${PW}@h/db'}\n")
     (folder / "broken.yaml").write_text("kind: nonsense\n")
-    (folder / "_defaults.yaml").write_text("kind: attributes\n")
+    (folder / "_draft.yaml").write_text("kind: attributes\n")  # `_defaults.yaml` has a meaning
     return folder
 
 
