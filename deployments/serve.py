@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import httpx
@@ -326,16 +326,18 @@ def build(folder: Path, *, per_folder: bool, scheds: list[Schedule],
     folder = folder.resolve()
     common: dict[str, Any] = {"schedules": scheds, "tags": ["engage-sync", *tags],
                               "entrypoint_type": EntrypointType.MODULE_PATH}
+    # `to_deployment` is sync-compatible: called outside an event loop it returns the
+    # deployment itself, which its annotation (deployment or coroutine) does not say.
     if per_folder:
-        return [sync_folder.to_deployment(
+        return [cast(RunnerDeployment, sync_folder.to_deployment(
             name=folder.name, parameters={"folder": str(folder), **params},
-            description=f"every integration of {folder}", **common)]
+            description=f"every integration of {folder}", **common))]
     files = integration_files(folder)
     if not files:
         raise SystemExit(f"serve.py: no integration files (*.yaml) in {folder}")
-    return [sync_integration.to_deployment(
+    return [cast(RunnerDeployment, sync_integration.to_deployment(
         name=path.stem, parameters={"integration": str(path), **params},
-        description=f"integration {path.name} of {folder}", **common) for path in files]
+        description=f"integration {path.name} of {folder}", **common)) for path in files]
 
 
 def _param(text: str) -> tuple[str, Any]:

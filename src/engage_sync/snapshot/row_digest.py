@@ -22,6 +22,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import GenericFunction
 
+from engage_sync.read.key_digest import key_md5
+
 FIELD_END, NULL_MARK = "\x1f", "\x1e"
 
 
@@ -33,7 +35,9 @@ class row_hash(GenericFunction[Any]):
 
 @compiles(row_hash)
 def _row_hash_default(element: row_hash, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"substr(md5({compiler.process(element.clauses, **kw)}), 1, 16)"
+    # The key digest's MD5 already compiles for every warehouse (BigQuery's TO_HEX, SQLite's
+    # registered function); its first 16 hex digits are the 64 bits.
+    return compiler.process(sa.func.substr(key_md5(*element.clauses), 1, 16), **kw)
 
 
 @compiles(row_hash, "duckdb")
