@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from engage_sync.cursor.progress import Cursor
 from engage_sync.errors import SourceError
+from engage_sync.read import duckdb_columns
 from engage_sync.read.extract import connected, first_line, resolve_columns, source_of
 from engage_sync.read.source_spec import SourceSpec
 
@@ -112,6 +113,10 @@ def describe(engine: Engine, spec: SourceSpec, payload_column: str | None,
 
 
 def _columns(conn: Connection, spec: SourceSpec) -> Schema:
+    if spec.table is not None and conn.dialect.name == "duckdb":
+        native = duckdb_columns.columns(conn, spec.table, spec.schema)
+        if native is not None:
+            return native
     if spec.table is not None:
         try:
             found = sa.inspect(conn).get_columns(spec.table, schema=spec.schema)
