@@ -13,7 +13,10 @@ Invariants:
 - an integration that fails leaves its own record and its exception as its result; the
   others run on;
 - each runs in a copy of the caller's context (a Prefect flow run's: its task runs are the
-  flow's, as its own task runner would make them).
+  flow's, as its own task runner would make them);
+- a DuckDB file the runs open stays open until the last of them ends (`duckdb_turns.
+  kept_open`): each run's engine still opens and closes its own connections, but finds the
+  database already loaded.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from itertools import groupby
 from pathlib import Path
 from typing import TypeVar
 
-from engage_sync import kinds
 from engage_sync.adapters.resources import open_state
 from engage_sync.errors import ConfigError
-from engage_sync.run.folder import kind_named_in, run_order
+from engage_sync.read import duckdb_turns
+from engage_sync.run.folder import ranked
 from engage_sync.state.store import StateStore
 
 T = TypeVar("T")
@@ -65,16 +68,17 @@ def shared_state(url: str | None, concurrency: int) -> StateStore:
 
 def rank_groups(paths: list[Path]) -> list[list[Path]]:
     """The folder's files in run order, cut where the rank of their kinds changes."""
-    ordered = run_order(paths)
-    return [list(g) for _, g in groupby(ordered, key=lambda p: kinds.rank(kind_named_in(p)))]
+    return [[path for _, path in group]
+            for _, group in groupby(ranked(paths), key=lambda rp: rp[0])]
 
 
 def run_folder(paths: list[Path], run: Callable[[Path], T], concurrency: int
                ) -> dict[str, T | Exception]:
     """`run` of each file (see the invariants); by file stem, in run order, each its result
     or the exception it raised."""
-    results: dict[str, T | Exception] = {p.stem: ValueError("not run") for p in
-                                         run_order(paths)}
+    groups = rank_groups(paths)
+    results: dict[str, T | Exception] = {p.stem: ValueError("not run") for g in groups
+                                         for p in g}
 
     def one(path: Path) -> None:
         try:
@@ -82,9 +86,9 @@ def run_folder(paths: list[Path], run: Callable[[Path], T], concurrency: int
         except Exception as exc:  # its own record says what happened; the others run on
             results[path.stem] = exc
 
-    with ThreadPoolExecutor(max_workers=concurrency,
-                            thread_name_prefix="folder") as pool:
-        for group in rank_groups(paths):
+    with duckdb_turns.kept_open(), ThreadPoolExecutor(max_workers=concurrency,
+                                                      thread_name_prefix="folder") as pool:
+        for group in groups:
             done = [pool.submit(contextvars.copy_context().run, one, p) for p in group]
             for future in done:
                 future.result()

@@ -6,7 +6,8 @@ Invariants:
   added: 1e-7 at n = 1,000,000, so a batch of 10,000 keys is wrongly flagged once in a
   thousand batches. The keys are uniform hashes already, so their two 64-bit halves serve as
   the two hashes of double hashing.
-- memory is fixed: BITS / 8 bytes (8 MiB), whatever the number of keys.
+- memory is fixed: BITS / 8 bytes (8 MiB), whatever the number of keys, taken at the first
+  `add` (a run that logs no user, as most short runs, never fills or clears 8 MiB).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ def _positions(keys: Sequence[bytes]) -> np.ndarray:
 
 class KeyFilter:
     def __init__(self) -> None:
-        self.bits = np.zeros(BITS // 8, dtype=np.uint8)
+        self.bits: np.ndarray | None = None
         self.count = 0
 
     def add(self, keys: Sequence[bytes]) -> None:
         if not keys:
             return
+        if self.bits is None:
+            self.bits = np.zeros(BITS // 8, dtype=np.uint8)
         at = _positions(keys).ravel()
         np.bitwise_or.at(self.bits, at >> np.uint64(3),
                          np.left_shift(1, at & np.uint64(7)).astype(np.uint8))
@@ -45,14 +48,15 @@ class KeyFilter:
 
     def may_hold(self, keys: Sequence[bytes]) -> list[bool]:
         """Per key: whether it may have been added."""
-        if not keys or not self.count:
+        if not keys or not self.count or self.bits is None:
             return [False] * len(keys)
         at = _positions(keys)
         hit = (self.bits[at >> np.uint64(3)] >> (at & np.uint64(7)).astype(np.uint8)) & 1
         return hit.all(axis=1).tolist()
 
     def clear(self) -> None:
-        self.bits[:] = 0
+        if self.count and self.bits is not None:
+            self.bits[:] = 0
         self.count = 0
 
     @property

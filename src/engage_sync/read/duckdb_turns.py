@@ -12,6 +12,11 @@ processes.
   process lock released between tries, until `lock_wait` seconds have passed since its first
   failed try; then the driver's error is raised with the wait added to its message. Such a
   wait is expected, so it is said once, at INFO (the error at its end is the run's failure).
+- Kept open (`kept_open`, a folder's runs): opening a file loads its database, which costs a
+  short run more than its read; while a `kept_open` scope is active, the first connect to a
+  file (with given settings) also opens one more connection that the scope's end closes, so
+  later engines of that file connect to the loaded database. It holds the file's lock for the
+  scope, as the scope's runs would between them.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -31,6 +38,43 @@ _LOCKED = "could not set lock on file"
 T = TypeVar("T")
 
 
+@dataclass
+class _KeptFiles:
+    """The connections `kept_open` holds, by file and settings; guarded by `_TURN`."""
+
+    scopes: int = 0
+    held: dict[str, Any] = field(default_factory=dict)
+
+
+_KEPT = _KeptFiles()
+
+
+@contextmanager
+def kept_open() -> Iterator[None]:
+    """While active (in any thread), each DuckDB file connected to stays open (see above)."""
+    with _TURN:
+        _KEPT.scopes += 1
+    try:
+        yield
+    finally:
+        with _TURN:
+            _KEPT.scopes -= 1
+            if _KEPT.scopes == 0:
+                held, _KEPT.held = _KEPT.held, {}
+                for conn in held.values():
+                    conn.close()
+
+
+def _connect(dialect: Any, cargs: Any, cparams: Any) -> Any:
+    """A connection (the caller holds `_TURN`); in a `kept_open` scope, the file kept open."""
+    conn = dialect.connect(*cargs, **cparams)
+    if _KEPT.scopes:
+        key = repr((cargs, sorted(cparams.items(), key=repr)))
+        if key not in _KEPT.held:
+            _KEPT.held[key] = dialect.connect(*cargs, **cparams)
+    return conn
+
+
 def take_turns(engine: sa.Engine, lock_wait: float = 0.0) -> None:
     """Make a DuckDB engine's connects wait for the process's other opens and closes, and for
     another process's lock on the file for up to `lock_wait` seconds."""
@@ -38,7 +82,7 @@ def take_turns(engine: sa.Engine, lock_wait: float = 0.0) -> None:
     def connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
         def once() -> Any:
             with _TURN:
-                return dialect.connect(*cargs, **cparams)
+                return _connect(dialect, cargs, cparams)
 
         return waiting_for_lock(once, lock_wait)
 

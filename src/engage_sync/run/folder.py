@@ -23,5 +23,11 @@ def kind_named_in(path: Path) -> str:
 
 def run_order(paths: list[Path]) -> list[Path]:
     """Integration files by their kind's rank, then by file name."""
-    return sorted(paths, key=lambda p: (kinds.rank(kind_named_in(p)), p.name))
+    return [path for _, path in ranked(paths)]
+
+
+def ranked(paths: list[Path]) -> list[tuple[int, Path]]:
+    """Each file with its kind's rank, in run order (each file read once)."""
+    return sorted(((kinds.rank(kind_named_in(p)), p) for p in paths),
+                  key=lambda rp: (rp[0], rp[1].name))
 

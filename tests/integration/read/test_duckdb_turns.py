@@ -149,3 +149,28 @@ def test_a_wait_for_one_file_holds_up_no_open_of_another(tmp_path: Path) -> None
         duckdb_turns.release(waiting)
         duckdb_turns.release(free)
     assert outcome == [1]  # and it got the file once the other process let go
+
+
+def _threads_set_then_read(integration: Integration) -> str:
+    """One engine sets the database's (global) thread count and is disposed; a second engine
+    of the file reads it: the setting survives only if the database stayed loaded."""
+    first = opened(integration)
+    with first.connect() as conn:
+        conn.exec_driver_sql("SET GLOBAL threads = 7")
+    duckdb_turns.release(first)
+    second = opened(integration)
+    try:
+        with second.connect() as conn:
+            return str(conn.exec_driver_sql("SELECT current_setting('threads')").scalar())
+    finally:
+        duckdb_turns.release(second)
+
+
+def test_a_folders_scope_keeps_the_file_loaded_and_lets_go_at_its_end(tmp_path: Path) -> None:
+    path = table_file(tmp_path)
+    integration = users(tmp_path, path)
+    assert _threads_set_then_read(integration) != "7"  # reopened: loaded again
+    with duckdb_turns.kept_open(), duckdb_turns.kept_open():  # nested: the outer one closes
+        assert _threads_set_then_read(integration) == "7"
+    # the scope's end closed what it held: another process may open the file for writing
+    holder(path, 0).wait(30)

@@ -39,3 +39,15 @@ def test_duplicated_keys_in_one_add() -> None:
     f.add(key * 5)
     assert f.may_hold(key) == [True]
     assert f.may_hold([]) == []
+
+
+def test_a_filter_takes_its_memory_at_the_first_key_only() -> None:
+    """A run that logs no user never fills or clears the 8 MiB of bits."""
+    empty = KeyFilter()
+    assert empty.may_hold([bytes(16)]) == [False]
+    empty.clear()
+    assert empty.bits is None
+    empty.add([bytes(16)])
+    assert empty.bits is not None and empty.may_hold([bytes(16)]) == [True]
+    empty.clear()
+    assert empty.may_hold([bytes(16)]) == [False]
