@@ -11,12 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -36,6 +36,7 @@ from engage_sync.state.store import StateStore
 from tests.snowflake_emulator import Emulator, snowflake_emulator
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 T0 = datetime(2026, 1, 1, 0, 0, 0)
 
 
@@ -351,6 +352,23 @@ def resume_cli(path: Path, state_url: str, key: str) -> dict[str, int]:
     out, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err.decode()
     return dict(json.loads(out))
+
+
+def killed_after_change(path: Path, warehouse: Warehouse, service: Service, key: str,
+                        change: str, ahead: int, measure: Callable[[], T]
+                        ) -> tuple[str, T, int, dict[str, int]]:
+    """A first run of `path` as its own process (state in a SQLite file beside it); then
+    `change` in the warehouse; then a run killed at its `ahead`-th request and resumed.
+    Returns the state URL, `measure()` and the sandbox's request count before the killed run,
+    and the resumed run's record."""
+    state_url = f"sqlite:///{path.parent / 'state.db'}"
+    warehouse.engine.dispose()  # the run's process opens the DuckDB file
+    resume_cli(path, state_url, key)
+    warehouse.execute(change)
+    warehouse.engine.dispose()
+    before, at = measure(), len(service.requests())
+    kill_during_request(path, service, key, state_url, nth=at + ahead)
+    return state_url, before, at, resume_cli(path, state_url, key)
 
 
 def field_records(state: StateStore, integration: str) -> dict[bytes, dict[int, int]]:

@@ -18,7 +18,7 @@ from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
     Service,
     Warehouse,
-    kill_during_request,
+    killed_after_change,
     resume_cli,
     write_integration,
 )
@@ -172,14 +172,10 @@ def test_a_run_killed_while_moving_resumes_and_sends_each_membership_once(
     path = _model(warehouse, service, tmp_path, rows, ARRAY, max_leaves="50%",
                   service={"base_url": service.base_url, "retry_deadline_seconds": 60,
                            "max_in_flight": 1})
-    state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    warehouse.engine.dispose()  # the run's process opens the DuckDB file
-    resume_cli(path, state_url, sandbox_key)
-    warehouse.execute("UPDATE audiences SET audience = 'vip' WHERE audience = 'churn_risk'")
-    warehouse.engine.dispose()
-    before, at = _points(service), len(service.requests())
-    kill_during_request(path, service, sandbox_key, state_url, nth=at + 10)
-    record = resume_cli(path, state_url, sandbox_key)
+    state_url, before, at, record = killed_after_change(
+        path, warehouse, service, sandbox_key,
+        "UPDATE audiences SET audience = 'vip' WHERE audience = 'churn_risk'", 10,
+        lambda: _points(service))
 
     assert _points(service) - before == 2000  # 1,000 users in, 1,000 out, each once
     sent = [(o["external_id"], str(o["audiences"])) for r in service.requests()[at:]

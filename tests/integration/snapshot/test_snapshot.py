@@ -18,7 +18,7 @@ from engage_sync.status.record import page
 from tests.integration.conftest import (
     Service,
     Warehouse,
-    kill_during_request,
+    killed_after_change,
     resume_cli,
     seed_profiles,
     write_integration,
@@ -160,14 +160,9 @@ def test_a_run_killed_while_clearing_resumes_and_clears_each_attribute_once(
     path = _model(warehouse, service, tmp_path, on_leave="clear",
                   service={"base_url": service.base_url, "retry_deadline_seconds": 60,
                            "max_in_flight": 1})
-    state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    warehouse.engine.dispose()  # the run's process opens the DuckDB file
-    resume_cli(path, state_url, sandbox_key)
-    warehouse.execute("DELETE FROM model WHERE score < 300")
-    warehouse.engine.dispose()
-    before, at = service.counters()["data_points_by_key"]["attributes"], len(service.requests())
-    kill_during_request(path, service, sandbox_key, state_url, nth=at + 2)
-    record = resume_cli(path, state_url, sandbox_key)
+    state_url, before, at, record = killed_after_change(
+        path, warehouse, service, sandbox_key, "DELETE FROM model WHERE score < 300", 2,
+        lambda: service.counters()["data_points_by_key"]["attributes"])
 
     after = service.counters()["data_points_by_key"]["attributes"]
     assert {a: after[a] - before[a] for a in ATTRIBUTES} == {a: 300 for a in ATTRIBUTES}
