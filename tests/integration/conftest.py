@@ -371,6 +371,24 @@ def killed_after_change(path: Path, warehouse: Warehouse, service: Service, key:
     return state_url, before, at, resume_cli(path, state_url, key)
 
 
+def killed_after_the_helper_took_over(warehouse: Warehouse, service: Service, key: str,
+                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                      ) -> tuple[Path, str]:
+    """A first diffed run whose field helper takes over after 100 items (u00000-u00149 read
+    "old", then "new", then 3,000 more users), killed at its 40th request, after its first
+    settle (32 requests) logged what it digested itself. Returns the file and the state URL."""
+    monkeypatch.setenv("ENGAGE_SYNC_FIELD_HELPER_AFTER", "100")  # after the first batch
+    rows = [*user_rows(150, at=T0, plan="old"),
+            *user_rows(150, at=T0 + timedelta(seconds=1), plan="new"),
+            *user_rows(3000, at=T0 + timedelta(seconds=2), prefix="v")]
+    path = table_integration(warehouse, service, tmp_path, "attributes", rows,
+                             extract_batch_rows=100, service={"max_in_flight": 1})
+    warehouse.engine.dispose()
+    state_url = f"sqlite:///{tmp_path / 'state.db'}"
+    kill_during_request(path, service, key, state_url, nth=40)
+    with StateStore.from_url(state_url).engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM engage_field_log").scalar()
+    return path, state_url
 def field_records(state: StateStore, integration: str) -> dict[bytes, dict[int, int]]:
     """The integration's folded field record: user key → digests."""
     with state.engine.connect() as conn:

@@ -23,10 +23,9 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     field_records,
-    kill_during_request,
+    killed_after_the_helper_took_over,
     logged_deltas,
     resume_cli,
-    table_integration,
     user_rows,
 )
 
@@ -106,17 +105,8 @@ def test_a_first_run_killed_after_its_helper_took_over_resumes_with_a_helper(
     digested before its helper started (after 100 items); resumed in this process: it starts
     a helper too, and every user ends recorded at what the service holds; a later row back
     at an older value is sent."""
-    monkeypatch.setenv("ENGAGE_SYNC_FIELD_HELPER_AFTER", "100")
-    rows = [*user_rows(150, at=T0, plan="old"),
-            *user_rows(150, at=T0 + timedelta(seconds=1), plan="new"),
-            *user_rows(3000, at=T0 + timedelta(seconds=2), prefix="v")]
-    path = table_integration(warehouse, service, tmp_path, "attributes", rows,
-                             extract_batch_rows=100, service={"max_in_flight": 1})
-    warehouse.engine.dispose()
-    state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    kill_during_request(path, service, sandbox_key, state_url, nth=40)
-    with StateStore.from_url(state_url).engine.connect() as conn:  # the first 32 settled
-        assert conn.exec_driver_sql("SELECT count(*) FROM engage_field_log").scalar()
+    path, state_url = killed_after_the_helper_took_over(
+        warehouse, service, sandbox_key, tmp_path, monkeypatch)
     state = StateStore.from_url(state_url)
     with caplog.at_level(logging.INFO, logger="engage_sync.diff.stage"):
         record = sync_file(path, store=state).record

@@ -19,7 +19,7 @@ from tests.integration.conftest import (
     Service,
     Warehouse,
     field_records,
-    kill_during_request,
+    killed_after_the_helper_took_over,
     resume_cli,
     table_integration,
     user_rows,
@@ -68,17 +68,8 @@ def test_a_killed_first_run_leaves_no_user_recorded_older_than_the_service_holds
     killed well after those were settled (a settle takes 32 requests), so the helper's
     records are lost; the resumed run ends it. The service holds "new": a later row back at
     "old" must be sent. Before, the run's log kept u00000 at "old" and the row was not sent."""
-    monkeypatch.setenv("ENGAGE_SYNC_FIELD_HELPER_AFTER", "100")  # after the first batch
-    rows = [*user_rows(150, at=T0, plan="old"),
-            *user_rows(150, at=T0 + timedelta(seconds=1), plan="new"),
-            *user_rows(3000, at=T0 + timedelta(seconds=2), prefix="v")]
-    path = table_integration(warehouse, service, tmp_path, "attributes", rows,
-                             extract_batch_rows=100, service={"max_in_flight": 1})
-    warehouse.engine.dispose()
-    state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    kill_during_request(path, service, sandbox_key, state_url, nth=40)
-    with StateStore.from_url(state_url).engine.connect() as conn:  # the first 32 settled
-        assert conn.exec_driver_sql("SELECT count(*) FROM engage_field_log").scalar()
+    path, state_url = killed_after_the_helper_took_over(
+        warehouse, service, sandbox_key, tmp_path, monkeypatch)
     resume_cli(path, state_url, sandbox_key)
     assert service.profile("u00000")["attributes"]["plan"] == "new"  # type: ignore[index]
     warehouse.insert("users_sync", user_rows(1, at=T0 + timedelta(hours=1), plan="old"))
