@@ -3,7 +3,8 @@ errors as table artifacts, then old row errors pruned.
 
 Invariants: an artifact holds keys and reasons, never a payload value; the errors table holds
 at most ARTIFACT_ROWS rows and says how many there were (`engage-sync errors` lists them all);
-pruning never fails a sync.
+pruning never fails a sync, and a folder's runs prune once, when the last of them ended (each
+pruning is a scan of the state's error records).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from engage_sync.status.record import run_errors
 ARTIFACT_ROWS = 1000
 
 
-def leave_artifacts(name: str, record: dict[str, Any], store: StateStore) -> None:
-    """The record and its errors as the flow run's artifacts, then old row errors pruned."""
+def leave_artifacts(name: str, record: dict[str, Any], store: StateStore,
+                    prune: bool = True) -> None:
+    """The record and its errors as the flow run's artifacts, then (if `prune`) old row
+    errors pruned."""
     key = "".join(c if c.isalnum() else "-" for c in name.lower())
     create_table_artifact(table=[record], key=f"sync-status-{key}",  # type: ignore[call-arg]
                           description=f"engage-sync status record of {name}", _sync=True)
@@ -36,7 +39,13 @@ def leave_artifacts(name: str, record: dict[str, Any], store: StateStore) -> Non
             description=f"rejected, failed, in-doubt and possibly doubled rows of {name}, and "
                         f"service errors naming no row: keys and reasons{note}; "
                         f"`engage-sync errors {name}` lists them")
+    if prune:
+        prune_quietly(store)
+
+
+def prune_quietly(store: StateStore) -> None:
+    """Old row errors pruned; a failure is a warning (pruning never fails a sync)."""
     try:
         retention.prune(store)
-    except Exception as exc:  # pruning never fails a sync
+    except Exception as exc:
         logging.getLogger(__name__).warning("pruning row errors failed: %s", exc)

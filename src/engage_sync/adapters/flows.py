@@ -43,7 +43,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
 from engage_sync.adapters import folder_runs, prefect_exit, run_logs
-from engage_sync.adapters.artifacts import leave_artifacts
+from engage_sync.adapters.artifacts import leave_artifacts, prune_quietly
 from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import open_state, sync_file
@@ -83,7 +83,8 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
              budgets: RateBudgets | None, allow_deletes: int | None,
              partitions: int | None = None, send_whole: bool = False,
              accept_schema: bool = False, allow_points: int | None = None,
-             definitions: DefinitionsCache | None = None) -> dict[str, Any]:
+             definitions: DefinitionsCache | None = None, prune: bool = True
+             ) -> dict[str, Any]:
     from engage_sync.adapters.task_runners import prefect_runner  # prefect-dask only when asked
 
     logger = get_run_logger()
@@ -109,7 +110,7 @@ def _run_one(store: StateStore, integration: str, mode: Mode, start: datetime | 
         return d.summary(outcome.integration)
     record = dict(outcome.record or {})
     progress.finish(record)
-    leave_artifacts(outcome.integration, record, store)
+    leave_artifacts(outcome.integration, record, store, prune=prune)
     if outcome.writeback_error:  # logged by the write-back; the next run writes it
         logger.warning("integration %s: write-back failed, the next run tries again",
                        outcome.integration)
@@ -190,7 +191,8 @@ def sync_task(integration: str, mode: Mode, start: datetime | None, end: datetim
     try:
         if store is not None:
             return _run_one(store, integration, mode, start, end, dry_run, resend_events,
-                            None, budgets, None, definitions=definitions)
+                            None, budgets, None, definitions=definitions,
+                            prune=False)  # the folder prunes once, at its end
         return run_one(integration, mode, start, end, dry_run, resend_events, None, state_url,
                        budgets, definitions=definitions)
     except SyncAlert as exc:
@@ -240,6 +242,7 @@ def sync_folder(
                 str(path), mode, start, end, dry_run, resend_events, state_url, budgets, store,
                 definitions),
             concurrency)
+        prune_quietly(store)
     finally:
         store.engine.dispose()
     results = {k: v for k, v in ran.items() if not isinstance(v, Exception)}
