@@ -333,14 +333,33 @@ def _wait_until_answered(service: Service, endpoint: str) -> None:
         time.sleep(0.1)
 
 
+def _wait_while_held(service: Service, proc: subprocess.Popen[bytes], endpoint: str,
+                     until: Callable[[], bool]) -> None:
+    """Wait until `until()` holds, while the sandbox still holds the requests it delays."""
+    while not until():
+        assert proc.poll() is None, proc.communicate()
+        held = [r for r in service.requests(endpoint) if r["fault"] == "delay"]
+        assert held and all(r["status"] is None for r in held), (
+            "a held request was answered before the state showed what the kill waits for")
+        time.sleep(0.05)
+
+
 def kill_during_request(path: Path, service: Service, key: str, state_url: str,
-                        nth: int, endpoint: str = "/users/track") -> None:
+                        nth: int, endpoint: str = "/users/track",
+                        until: Callable[[], bool] | None = None, hold: int = 1) -> None:
     """Start the run as its own process; SIGKILL it while the sandbox holds request `nth`
-    (a `delay` fault: the sandbox waits, then finds the client gone and processes nothing)."""
-    service.faults([{"path": endpoint, "action": "delay", "nth": [nth],
+    (a `delay` fault: the sandbox waits, then finds the client gone and processes nothing).
+    With `hold`, the sandbox holds that many requests from `nth` on, and the kill waits for
+    the last: as many as the run's `max_in_flight`, and nothing after them is sent before the
+    kill. With `until`, the kill also waits, while they are held, until `until()` holds: what
+    the run's state must show at the kill (an answer is settled when the send loop saves it,
+    not when it comes: `run/grouped_journal.py`)."""
+    service.faults([{"path": endpoint, "action": "delay", "nth": list(range(nth, nth + hold)),
                      "delay_seconds": 4}])
     proc = run_cli(path, state_url, key)
-    _wait_for_request(service, nth, proc, endpoint)
+    _wait_for_request(service, nth + hold - 1, proc, endpoint)
+    if until is not None:
+        _wait_while_held(service, proc, endpoint, until)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     _wait_until_answered(service, endpoint)

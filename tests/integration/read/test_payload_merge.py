@@ -9,6 +9,7 @@ passed merged rows, then resumed, leaves every profile at its latest values."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.run_options import RunOptions
+from engage_sync.cursor.progress import decode_cursor
 from engage_sync.read import extract
 from engage_sync.read.extract import stream_batches
 from engage_sync.state.store import StateStore
@@ -106,6 +108,16 @@ def test_a_duckdb_window_read_in_slices_merges_across_them(
     assert len(queries) >= 2 * 8  # the dry run's read and the run's, each in 8 slices or more
 
 
+def _progress_among_tail(state: StateStore) -> Callable[[], bool]:
+    """Whether the unfinished run's progress is among the tail users' rows (`t…`): every
+    merged row, and every later row, is behind it."""
+    def passed() -> bool:
+        run = state.unfinished_run("users", "incremental")
+        cursor = decode_cursor(run["progress"]) if run is not None else None
+        return cursor is not None and str(cursor[-1]).startswith("t")
+    return passed
+
+
 @pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)  # a kill: one is enough
 @pytest.mark.parametrize("nth", [20, 60], ids=["among-first-rows", "after-merged-rows"])
 def test_killed_and_resumed_every_profile_ends_at_its_latest_values(
@@ -113,18 +125,40 @@ def test_killed_and_resumed_every_profile_ends_at_its_latest_values(
 ) -> None:
     """Every user of the first 3,000 has a later row: requests 1-40 carry the merges (75
     objects a request), the later rows are passed without a request, and requests 41-80 carry
-    3,000 users of one row after them. Killed at request 60 the progress has passed the merged
-    rows; killed at request 20 the resumed run reads again later rows whose first rows were
-    sent. Either way every profile ends at the merge, and fewer objects are sent than rows (at
-    most two requests in flight are sent again)."""
+    3,000 users of one row after them. Attributes settle in groups (`run/grouped_journal.py`):
+    answers are saved 32 at a time, so at a kill up to a group of answered requests may be
+    unsettled, and the resumed run sends them again (at least once: attributes are
+    idempotent). A kill at a request number alone pins neither how many were answered nor what
+    was saved, so each kill waits for what it means:
+    - among the first rows: requests 20 and 21 held (as many as `max_in_flight`, so nothing
+      more leaves before the kill): 19 answered, none settled; the resumed run reads the
+      window again, later rows whose first rows were sent among it (19 requests + 6,000);
+    - after the merged rows: request 60 held until the run's progress has passed the merged
+      rows and the later rows; the resumed run reads none of them again and sends tail users
+      only (at most 79 requests + 39).
+    Either way every profile ends at the merge, the resumed run sends each user once at most,
+    and fewer objects are sent than rows."""
     rows = _rows(USERS, USERS, tail=USERS)
     path = table_integration(warehouse, service, tmp_path, "attributes", rows,
                              extract_batch_rows=500, service={"max_in_flight": 2})
     warehouse.engine.dispose()  # DuckDB: one process at a time may open the file
     state_url = f"sqlite:///{tmp_path / 'state.db'}"
-    kill_during_request(path, service, sandbox_key, state_url, nth=nth)
+    state = StateStore.from_url(state_url)
+    past_merged = nth == 60
+    if past_merged:
+        kill_during_request(path, service, sandbox_key, state_url, nth=nth,
+                            until=_progress_among_tail(state))
+    else:
+        kill_during_request(path, service, sandbox_key, state_url, nth=nth, hold=2)
+    state.engine.dispose()
+    before = len(service.requests())
     resume_cli(path, state_url, sandbox_key)
     _profiles_are(service, _merged(rows))
+    again = [o["external_id"] for r in service.requests()[before:]
+             for o in r["body"]["attributes"]]
+    assert len(again) == len(set(again))  # one object per user per run
+    if past_merged:
+        assert again and all(u.startswith("t") for u in again), sorted(again)[:3]
     objects, _ = _billed(service)
     assert objects < 3 * USERS  # each row sent (at least once): 9,000
 
