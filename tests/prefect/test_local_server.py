@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from engage_sync.cli import local_server
-from engage_sync.cli.local_server import ENV, MARKER, use_local_server
+from engage_sync.cli.local_server import ENV, MARKER, STARTUP_ENV, use_local_server
 from tests.integration.conftest import write_integration
 
 BIN = Path(sys.executable).parent
@@ -167,3 +167,16 @@ def _gone(home: Path) -> None:
             os.kill(pid, 0)  # ProcessLookupError (an OSError) once it has exited
             time.sleep(0.5)
         os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("set_by_user", [None, "45"])
+def test_the_temporary_server_is_given_as_long_to_start_as_a_background_one(
+        monkeypatch: pytest.MonkeyPatch, set_by_user: str | None) -> None:
+    """Prefect waits 20 s for its temporary server: too short on a loaded machine."""
+    monkeypatch.setenv(ENV, "temporary")
+    if set_by_user is None:
+        monkeypatch.delenv(STARTUP_ENV, raising=False)
+    else:
+        monkeypatch.setenv(STARTUP_ENV, set_by_user)
+    use_local_server(lambda line: None)
+    assert os.environ[STARTUP_ENV] == (set_by_user or str(int(local_server.START_SECONDS)))

@@ -20,7 +20,9 @@ Invariants:
   PREFECT_HOME/profiles.toml): it is returned untouched and nothing is started.
 - Finding and starting hold a lock in PREFECT_HOME, so commands started together share one
   server. Nothing here imports Prefect (it runs before Prefect reads its settings); whatever
-  fails, the command goes on with Prefect's temporary server.
+  fails, the command goes on with Prefect's temporary server, which is given as long to start
+  as a background one (Prefect's own 20 s fail a run on a loaded machine) unless the user set
+  STARTUP_ENV.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ PID_FILE = "server.pid"  # Prefect's own record of its background server (`prefe
 DEFAULT_PORT = 4200
 START_SECONDS = 120.0  # a start under load can take a minute
 TEMPORARY = "this run uses a temporary one (10-20 s)"
+STARTUP_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"  # the temporary server's wait
 
 
 def prefect_home() -> Path:
@@ -57,6 +60,7 @@ def use_local_server(say: Callable[[str], None]) -> str | None:
     """The API URL this process uses: an explicit one untouched, else the server of this
     PREFECT_HOME (found, or started and announced with `say`) set as PREFECT_API_URL; None when
     the temporary server is asked for or no server could be had."""
+    os.environ.setdefault(STARTUP_ENV, str(int(START_SECONDS)))
     explicit = configured_url()
     if explicit or os.environ.get(ENV, "background") == "temporary":
         return explicit
