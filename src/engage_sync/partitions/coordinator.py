@@ -215,6 +215,8 @@ def run_partitioned(path: str, plan: RunPlan, store: StateStore, engine: Engine,
             parts.window_rows = count_rows(engine, plan.spec, window)
         duckdb_turns.release(engine)  # before workers open the warehouse (one writer a file)
         read_only = integration.task_runner.separate_processes
+        if read_only:
+            duckdb_turns.let_go()  # a folder's held file too: the workers are other processes
         jobs = [PartitionJob(path, k, count, opened.run_id, options.mode, options.start,
                              options.end, options.resend_events, state_url, read_only,
                              options.send_whole)

@@ -16,7 +16,8 @@ processes.
   short run more than its read; while a `kept_open` scope is active, the first connect to a
   file (with given settings) also opens one more connection that the scope's end closes, so
   later engines of that file connect to the loaded database. It holds the file's lock for the
-  scope, as the scope's runs would between them.
+  scope, as the scope's runs would between them, except while a run's partitions in other
+  processes read the file (`let_go`).
 """
 
 from __future__ import annotations
@@ -59,10 +60,18 @@ def kept_open() -> Iterator[None]:
     finally:
         with _TURN:
             _KEPT.scopes -= 1
-            if _KEPT.scopes == 0:
-                held, _KEPT.held = _KEPT.held, {}
-                for conn in held.values():
-                    conn.close()
+            ended = _KEPT.scopes == 0
+        if ended:
+            let_go()
+
+
+def let_go() -> None:
+    """Close what `kept_open` holds now (other processes are about to open the files); a later
+    connect in the scope keeps its file again."""
+    with _TURN:
+        held, _KEPT.held = _KEPT.held, {}
+        for conn in held.values():
+            conn.close()
 
 
 def _connect(dialect: Any, cargs: Any, cparams: Any) -> Any:

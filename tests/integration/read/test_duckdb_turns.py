@@ -174,3 +174,29 @@ def test_a_folders_scope_keeps_the_file_loaded_and_lets_go_at_its_end(tmp_path: 
         assert _threads_set_then_read(integration) == "7"
     # the scope's end closed what it held: another process may open the file for writing
     holder(path, 0).wait(30)
+
+
+def _opens_elsewhere(path: Path) -> bool:
+    """Whether another process can open the file for writing now."""
+    return subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(path)!r})"],
+                          capture_output=True, timeout=60).returncode == 0
+
+
+def test_a_folders_scope_lets_go_while_partitions_in_other_processes_read(
+        tmp_path: Path) -> None:
+    path = table_file(tmp_path)
+    integration = users(tmp_path, path)
+    with duckdb_turns.kept_open():
+        duckdb_turns.release(opened_and_used(integration))
+        assert not _opens_elsewhere(path)  # held for the folder's next runs
+        duckdb_turns.let_go()  # as the coordinator does before partitions in processes
+        assert _opens_elsewhere(path)
+        duckdb_turns.release(opened_and_used(integration))
+        assert not _opens_elsewhere(path)  # the next connect keeps it again
+
+
+def opened_and_used(integration: Integration) -> sa.Engine:
+    engine = opened(integration)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT x FROM t").all()
+    return engine
