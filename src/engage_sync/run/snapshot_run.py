@@ -143,11 +143,9 @@ class SnapshotRun(Run):
                              self.run_id)
 
     def _failed(self, doing: str, exc: BaseException) -> SourceError:
-        schema = self.layout.schema or "the connection's own schema"
-        return SourceError(
-            f"integration {self.i.name}: {doing} failed in the warehouse: {first_line(exc)}; "
-            f"the snapshot is kept in {schema} (the 'snapshot.schema' key): the warehouse "
-            "role needs to create tables there")
+        said = first_line(exc)
+        return SourceError(f"integration {self.i.name}: {doing} failed in the warehouse: "
+                           f"{said}; {warehouse_fix(said, self.layout.schema)}")
 
     def _check_delete_cap(self, window: Window) -> None:
         """Before any request: a model that returns a user twice, or that would clear or
@@ -163,3 +161,13 @@ class SnapshotRun(Run):
 
     def _keep_failed(self, window: Window) -> None:
         """Nothing kept: the next run compares the users of failed requests again."""
+
+
+def warehouse_fix(said: str, schema: str | None) -> str:
+    """What to do about the warehouse's failure `said` while comparing or advancing."""
+    if "out of memory" in said.lower():
+        return ("give the warehouse more memory (for DuckDB, ?memory_limit=... in "
+                "warehouse.url) or room to spill to")
+    where = schema or "the connection's own schema"
+    return (f"the snapshot is kept in {where} (the 'snapshot.schema' key): the warehouse "
+            "role needs to create tables there")

@@ -16,7 +16,10 @@ Invariants:
   number a user; attribute digests are computed, and the snapshot's read, only for the users
   whose row digest differs (new, changed, left), and only those are numbered (leavers after
   every other user);
-- the warehouse's memory limit stays as the URL sets it: a join larger than it spills.
+- the warehouse's memory limit stays as the URL sets it: a join larger than it spills; on
+  DuckDB the pending rows are written sorted, then numbered as they are scanned (a streaming
+  window), since its ordered window over the whole result cannot spill (numbering 10M users
+  fails under the default limit), while its sort can.
 An attribute's digest is the first 16 hex digits of the MD5 of the value's text in the
 warehouse: stable across versions of the warehouse's engine, so the attributes sent never
 depend on its hash functions (a row digest that changed with them costs time only).
@@ -25,7 +28,7 @@ depend on its hash functions (a row digest that changed with them costs time onl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -93,9 +96,14 @@ def empty_snapshot(layout: Layout, spec: SourceSpec, resolved: dict[str, str]
                      ).select_from(source_of(spec)).where(sa.false())
 
 
+Form = Literal["numbered", "sorted", "counted"]
+
+
 def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
-                   on_leave: str, snapshot: sa.FromClause | None = None) -> sa.Select[Any]:
-    """The users to send and what of each (see the module's invariants), numbered;
+                   on_leave: str, snapshot: sa.FromClause | None = None,
+                   form: Form = "numbered") -> sa.Select[Any]:
+    """The users to send and what of each (see the module's invariants): `numbered` (SEQ
+    first), `sorted` in SEQ's order without it, or `counted` (neither, for counts);
     `snapshot` stands for the snapshot table (a dry run's empty one, before any run)."""
     values: list[sa.ColumnElement[Any]] = [sa.column(resolved[a.column])
                                            for a in layout.attributes]
@@ -114,7 +122,7 @@ def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
     ).select_from(cur.join(keys, sa.and_(*(cur.c[c] == keys.c[c] for c in layout.ids)),
                            full=True)
                   ).where(cur.c[ROW].is_distinct_from(keys.c[ROW])).subquery("engage_differ")
-    return _numbered(layout, differ, held.alias("engage_old"), on_leave)
+    return _numbered(layout, differ, held.alias("engage_old"), on_leave, form)
 
 
 def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
@@ -124,8 +132,8 @@ def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
     return sa.literal(" ".join(a.digest for a in layout.attributes), sa.String)
 
 
-def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str
-              ) -> sa.Select[Any]:
+def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str,
+              form: Form) -> sa.Select[Any]:
     """The users whose row differs, with their attribute digests and what to send of each
     (the snapshot's digests read for them only), numbered."""
     joined = differ.join(old, sa.and_(*(differ.c[c] == old.c[c] for c in layout.ids)),
@@ -145,8 +153,12 @@ def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave:
     wanted: list[sa.ColumnElement[Any]] = [inner.c[a.send] for a in layout.attributes]
     if on_leave == "delete":
         wanted.append(inner.c[CHANGE] == LEFT)
-    last = sa.case((inner.c[CHANGE] == LEFT, 1), else_=0)
-    seq = sa.func.row_number().over(order_by=[last, *(inner.c[c] for c in layout.ids)])
+    order = [sa.case((inner.c[CHANGE] == LEFT, 1), else_=0), *(inner.c[c] for c in layout.ids)]
+    if form == "counted":
+        return sa.select(*inner.c).where(sa.or_(*wanted))
+    if form == "sorted":
+        return sa.select(*inner.c).where(sa.or_(*wanted)).order_by(*order)
+    seq = sa.func.row_number().over(order_by=order)
     return sa.select(seq.label(SEQ), *inner.c).where(sa.or_(*wanted))
 
 
@@ -155,7 +167,17 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
     """The run's pending changes, made anew (what a finished run left is replaced)."""
     name = layout.quoted(conn.dialect, layout.pending_name)
     conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-    conn.execute(CreateTableAs(name, pending_select(layout, spec, resolved, on_leave)))
+    if conn.dialect.name != "duckdb":
+        conn.execute(CreateTableAs(name, pending_select(layout, spec, resolved, on_leave)))
+        return
+    sorted_rows = layout.quoted(conn.dialect, f"{layout.pending_name}_sorted")
+    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {sorted_rows}")
+    conn.execute(CreateTableAs(sorted_rows, pending_select(layout, spec, resolved, on_leave,
+                                                           form="sorted")))
+    seq = conn.dialect.identifier_preparer.quote(SEQ)  # numbered as scanned: in insertion order
+    conn.exec_driver_sql(f"CREATE TABLE {name} AS SELECT row_number() OVER () AS {seq}, * "
+                         f"FROM {sorted_rows}")
+    conn.exec_driver_sql(f"DROP TABLE {sorted_rows}")
 
 
 @dataclass(frozen=True)
