@@ -149,7 +149,7 @@ def test_sigterm_stops_the_status_servers_run_in_flight_resumable(
         assert wait_until(lambda: any(  # sending, mid-run
             "/users/track" in path for path in service.counters()["requests"]))
         lines = stop(proc, port, signal.SIGTERM)
-    assert "stopped by SIGTERM" in lines[-1] and "Traceback" not in "\n".join(lines)
+    assert "stopped by SIGTERM" in lines[-1] and "Traceback" not in "\n".join(lines), lines
     assert any("resumable" in line for line in lines), lines
     state = open_state(state_url)
     assert not state.has_live_run("users")  # the lease released: the next run resumes now
