@@ -286,6 +286,8 @@ def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", p
         while (len(received) < 2 and not app.state.runs.ended(0.2)
                and time.monotonic() < deadline):
             pass  # runs in flight end their attempt and settle; a second signal ends the wait
+        if len(received) < 2:  # a stopped run's thread says so after it ended: before our line
+            app.state.starter.join(max(1.0, deadline - time.monotonic()))
     finally:
         sock.close()
         if app.state.freshness is not None:
