@@ -15,17 +15,14 @@ state database, so tools written for the service's endpoint work against engage-
 lists its integrations (`status.integrations`: id, name, type, status, warehouse type, the last
 run's start, status and last timestamp synced), 10 a page with the same Link and cursor rules.
 
-`POST /cdi/integrations/{integration_id}/sync`: starts one run of that file in this process (a
-thread; `sync_starter`) and answers 202 `{"message": "success"}`; 429 `Another job is in
-progress` while a run of it is going on here or under a live lease elsewhere; 404 `Integration
-not found` for an id with no file; 400 `Invalid integration ID` for a malformed one.
+`POST /cdi/integrations/{integration_id}/sync`: a run of that file in a thread (`sync_starter`):
+202 `{"message": "success"}`; 429 `Another job is in progress` while one runs here or under a
+live lease elsewhere; 404 `Integration not found` (no file); 400 `Invalid integration ID`.
 
 `GET /integrations/{integration_id}/trace?key=K`: one row's traced runs (`trace_endpoint`).
 
-`GET /metrics`: the records as Prometheus counters per integration (rows synced, failed,
-rejected, in doubt, unchanged; data points sent and saved; requests; runs by status) and the
-time of the last successful run (`status.metrics`); a scrape sends the same token
-(Prometheus' `authorization` setting).
+`GET /metrics`: the records as Prometheus counters per integration and the time of the last
+successful run (`status.metrics`), behind the same token (Prometheus' `authorization`).
 
 With a config folder, a thread checks the freshness alerts of its files
 (`adapters/freshness_watch.py`).
@@ -282,12 +279,7 @@ def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", p
         while thread.is_alive():
             thread.join(0.5)
         sock.close()
-        deadline = time.monotonic() + (stop.grace or 0.0)  # None: no run watches the stop
-        while (len(received) < 2 and not app.state.runs.ended(0.2)
-               and time.monotonic() < deadline):
-            pass  # runs in flight end their attempt and settle; a second signal ends the wait
-        if len(received) < 2:  # a stopped run's thread says so after it ended: before our line
-            app.state.starter.join(max(1.0, deadline - time.monotonic()))
+        _wait_for_runs(app, received, time.monotonic() + (stop.grace or 0.0))
     finally:
         sock.close()
         if app.state.freshness is not None:
@@ -297,3 +289,12 @@ def serve(store_factory: Callable[[], StateStore], *, host: str = "127.0.0.1", p
     if not received:
         raise SyncError(f"status server on {where} ended without being stopped")
     print(f"engage-sync status-server: stopped by {received[0]}; {where} is free", flush=True)
+
+
+def _wait_for_runs(app: Starlette, received: list[str], deadline: float) -> None:
+    """Runs in flight settle, then their threads (a stopped run's last line) end, by
+    `deadline`; a second signal ends the wait."""
+    while len(received) < 2 and not app.state.runs.ended(0.2) and time.monotonic() < deadline:
+        pass
+    if len(received) < 2:
+        app.state.starter.join(max(1.0, deadline - time.monotonic()))
