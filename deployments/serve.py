@@ -116,8 +116,8 @@ class StoppingRunner(Runner):
         await super().__aenter__()
         if self._cancelling_observer is not None:
             _quiet_cancelled_polling(self._cancelling_observer)
-        poller = self._scheduled_run_poller
-        resolve = poller._resolve_starter
+        self._logger.info("serving: every deployment registered, polling for due runs")
+        poller, resolve = self._scheduled_run_poller, self._scheduled_run_poller._resolve_starter
 
         def isolated(flow_run: FlowRun) -> Any:
             starter = resolve(flow_run)

@@ -41,6 +41,7 @@ STOP_DEADLINE = 120.0  # generous: pausing, runs in flight stopping, marking on 
 # on two busy cores; only a process that hangs (Prefect's own pause retried for more than
 # 30 s, and more on a busy machine) misses this generous deadline.
 GONE_DEADLINE = 120.0
+SERVING = "serving: every deployment registered"
 
 
 def paused_users(api: str) -> bool | None:
@@ -50,11 +51,13 @@ def paused_users(api: str) -> bool | None:
 
 
 def wait_served(api: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Until serve.py has registered the deployment with its schedules active (serve.py takes
-    signals from before it registers, so a stop any time after this is a full stop)."""
+    """Until serve.py has registered every deployment, with their schedules active, and says it
+    serves (serve.py takes signals from before it registers, so a stop any time after this is
+    a full stop; a server stopped while it still registers makes it fail instead, and on a busy
+    machine the users deployment shows active before the others are registered)."""
     def active() -> bool:
         assert proc.poll() is None, log.read_text()[-3000:]
-        return paused_users(api) is False
+        return paused_users(api) is False and SERVING in log.read_text()
 
     wait_until(active, 90, lambda: log.read_text()[-3000:])
 

@@ -122,7 +122,7 @@ def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
     ).select_from(cur.join(keys, sa.and_(*(cur.c[c] == keys.c[c] for c in layout.ids)),
                            full=True)
                   ).where(cur.c[ROW].is_distinct_from(keys.c[ROW])).subquery("engage_differ")
-    return _numbered(layout, differ, held.alias("engage_old"), on_leave, form)
+    return _to_send(layout, differ, held.alias("engage_old"), on_leave, form)
 
 
 def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
@@ -132,10 +132,10 @@ def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
     return sa.literal(" ".join(a.digest for a in layout.attributes), sa.String)
 
 
-def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str,
-              form: Form) -> sa.Select[Any]:
-    """The users whose row differs, with their attribute digests and what to send of each
-    (the snapshot's digests read for them only), numbered."""
+def _to_send(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str,
+             form: Form) -> sa.Select[Any]:
+    """The users whose row differs and have something to send, with their attribute digests
+    and what to send of each (the snapshot's digests read for them only), in `form`."""
     joined = differ.join(old, sa.and_(*(differ.c[c] == old.c[c] for c in layout.ids)),
                          isouter=True)
     change = differ.c[CHANGE]
@@ -154,12 +154,13 @@ def _numbered(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave:
     if on_leave == "delete":
         wanted.append(inner.c[CHANGE] == LEFT)
     order = [sa.case((inner.c[CHANGE] == LEFT, 1), else_=0), *(inner.c[c] for c in layout.ids)]
+    rows = sa.select(*inner.c).where(sa.or_(*wanted))
     if form == "counted":
-        return sa.select(*inner.c).where(sa.or_(*wanted))
+        return rows
     if form == "sorted":
-        return sa.select(*inner.c).where(sa.or_(*wanted)).order_by(*order)
-    seq = sa.func.row_number().over(order_by=order)
-    return sa.select(seq.label(SEQ), *inner.c).where(sa.or_(*wanted))
+        return rows.order_by(*order)
+    seq = sa.func.row_number().over(order_by=order).label(SEQ)
+    return rows.with_only_columns(seq, *inner.c)
 
 
 def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: dict[str, str],
