@@ -32,7 +32,7 @@ from engage_sync.read.plan import RunPlan, source_spec
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.stage import Stages
-from engage_sync.snapshot import compare, left_rows
+from engage_sync.snapshot import compare, left_rows, pending_table
 from engage_sync.snapshot.advance import advance
 from engage_sync.snapshot.audience import audience_kind, compared_source, layout_for
 from engage_sync.snapshot.kind import pending_kind
@@ -124,7 +124,7 @@ class SnapshotRun(Run):
             spec, resolved = compared_source(conn, self.model, self.model_spec)
             try:
                 compare.ensure_snapshot(conn, self.layout, spec, resolved)
-                compare.make_pending(conn, self.layout, spec, resolved, self.model.on_leave)
+                pending_table.make_pending(conn, self.layout, spec, resolved, self.model.on_leave)
                 conn.commit()
             except sa.exc.SQLAlchemyError as exc:
                 raise self._failed("comparing the model with its snapshot", exc) from exc

@@ -12,14 +12,14 @@ Invariants:
   `clear` removes each attribute the snapshot holds a value of, and only those); a user with
   nothing to send is not pending;
 - the model and the snapshot are joined on the identifier and one row digest a user
-  (`row_digest`, of its values and of where the snapshot keeps them), so the join holds a
-  number a user; attribute digests are computed, and the snapshot's read, only for the users
-  whose row digest differs (new, changed, left), and only those are numbered (leavers after
-  every other user);
-- the warehouse's memory limit stays as the URL sets it: a join larger than it spills; on
-  DuckDB the pending rows are written sorted, then numbered as they are scanned (a streaming
-  window), since its ordered window over the whole result cannot spill (numbering 10M users
-  fails under the default limit), while its sort can.
+  (`row_digest`), and nothing else, so the join that reads every user carries two columns a
+  side; the model is then read again for the users whose row digest differs (new, changed,
+  left), and their attribute digests computed and the snapshot's read for them only;
+- a user whose row digest differs with nothing to send (a snapshot digested otherwise, a
+  retyped column) holds the snapshot's values: its snapshot row digest may be brought up to
+  date at any time (`pending_table`), no request is owed;
+- the warehouse's memory limit stays as the URL sets it: a join larger than it spills; how
+  the pending table is made within it is `snapshot/pending_table.py`'s.
 An attribute's digest is the first 16 hex digits of the MD5 of the value's text in the
 warehouse: stable across versions of the warehouse's engine, so the attributes sent never
 depend on its hash functions (a row digest that changed with them costs time only).
@@ -27,6 +27,7 @@ depend on its hash functions (a row digest that changed with them costs time onl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,7 +40,7 @@ from sqlalchemy.sql.ddl import DDLElement
 from engage_sync.read.extract import source_of
 from engage_sync.read.key_digest import key_md5
 from engage_sync.read.source_spec import SourceSpec
-from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, ROW, SEQ, Layout
+from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, NEW, ROW, Layout
 from engage_sync.snapshot.row_digest import column_type, row_digest
 
 HERE = "engage_here"
@@ -91,38 +92,78 @@ def empty_snapshot(layout: Layout, spec: SourceSpec, resolved: dict[str, str]
                    ) -> sa.Select[Any]:
     """No row, in the snapshot's shape: its identifiers typed as the model's."""
     return sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
-                     row_digest([sa.literal("", sa.String)]).label(ROW),
+                     row_digest(sa.literal("", sa.String)).label(ROW),
                      *(sa.cast(sa.null(), sa.String).label(a.digest) for a in layout.attributes)
                      ).select_from(source_of(spec)).where(sa.false())
 
 
-Form = Literal["numbered", "sorted", "counted"]
+Form = Literal["compared", "counted"]
 
 
 def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
                    on_leave: str, snapshot: sa.FromClause | None = None,
-                   form: Form = "numbered") -> sa.Select[Any]:
-    """The users to send and what of each (see the module's invariants): `numbered` (SEQ
-    first), `sorted` in SEQ's order without it, or `counted` (neither, for counts);
-    `snapshot` stands for the snapshot table (a dry run's empty one, before any run)."""
-    values: list[sa.ColumnElement[Any]] = [sa.column(resolved[a.column])
-                                           for a in layout.attributes]
-    cur = sa.select(*(sa.column(resolved[c]).label(c) for c in layout.ids),
-                    *(v.label(a.column) for v, a in zip(values, layout.attributes, strict=True)),
-                    row_digest([_kept_as(layout), *values]).label(ROW),
-                    sa.literal(1).label(HERE)).select_from(source_of(spec)).subquery("engage_cur")
+                   form: Form = "counted") -> sa.Select[Any]:
+    """The users whose row differs from the snapshot, with their attribute digests and what
+    to send of each (see the module's invariants): `compared` all of them, `counted` those
+    with something to send; `snapshot` stands for the snapshot table (a dry run's empty one,
+    before any run)."""
     held = snapshot if snapshot is not None else layout.snapshot()
+    differ = differ_select(layout, spec, resolved, held).subquery("engage_differ")
+    compared = sends_select(layout, with_values(layout, spec, resolved, differ),
+                      held.alias("engage_old"), on_leave)
+    if form == "compared":
+        return compared
+    rows = compared.subquery("engage_compared")
+    return sa.select(*rows.c).where(wanted(layout, rows.c, on_leave))
+
+
+def _model(spec: SourceSpec, resolved: dict[str, str], names: Sequence[str]
+           ) -> tuple[sa.FromClause, list[sa.ColumnElement[Any]]]:
+    """The model read anew, and its columns `names` (as the mapping names them)."""
+    return source_of(spec), [sa.column(resolved[n]) for n in names]
+
+
+def differ_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
+            held: sa.FromClause) -> sa.Select[Any]:
+    """The users whose row digest differs from the snapshot's, by identifier and row digest
+    only: the join that reads every user carries two columns a side (values carried through
+    it for every user cost most of a comparison, and spill)."""
+    src, cols = _model(spec, resolved, [*layout.ids, *(a.column for a in layout.attributes)])
+    ids, values = cols[:len(layout.ids)], cols[len(layout.ids):]
+    cur = sa.select(*(i.label(c) for i, c in zip(ids, layout.ids, strict=True)),
+                    row_digest(_kept_as(layout), *values).label(ROW),
+                    sa.literal(1).label(HERE)).select_from(src).where(
+        *(i.is_not(None) for i in ids)).subquery("engage_cur")
     keys = sa.select(*(held.c[c] for c in layout.ids), held.c[ROW]).subquery("engage_keys")
-    differ = sa.select(
+    return sa.select(
         sa.case((keys.c[layout.ids[0]].is_(None), sa.literal(NEW)),
                 (cur.c[HERE].is_(None), sa.literal(LEFT)),
                 else_=sa.literal(CHANGED)).label(CHANGE),
-        *(sa.func.coalesce(cur.c[c], keys.c[c]).label(c) for c in layout.ids),
-        *(cur.c[a.column] for a in layout.attributes), cur.c[ROW],
+        *(sa.func.coalesce(cur.c[c], keys.c[c]).label(c) for c in layout.ids), cur.c[ROW],
     ).select_from(cur.join(keys, sa.and_(*(cur.c[c] == keys.c[c] for c in layout.ids)),
                            full=True)
-                  ).where(cur.c[ROW].is_distinct_from(keys.c[ROW])).subquery("engage_differ")
-    return _to_send(layout, differ, held.alias("engage_old"), on_leave, form)
+                  ).where(cur.c[ROW].is_distinct_from(keys.c[ROW]))
+
+
+def with_values(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
+                 differ: sa.FromClause) -> sa.Subquery:
+    """The differing users with their values: the model read again, joined on identifier and
+    row digest (a user the model returns twice keeps each row's own values), and the rows
+    without an identifier, new each time (the run reports them)."""
+    src, cols = _model(spec, resolved, [*layout.ids, *(a.column for a in layout.attributes)])
+    ids, values = cols[:len(layout.ids)], cols[len(layout.ids):]
+    row = row_digest(_kept_as(layout), *values).label(ROW)
+    now = sa.select(*(i.label(c) for i, c in zip(ids, layout.ids, strict=True)),
+                    *(v.label(a.column) for v, a in zip(values, layout.attributes, strict=True)),
+                    row).select_from(src).subquery("engage_now")
+    same = [*(differ.c[c] == now.c[c] for c in layout.ids), differ.c[ROW] == now.c[ROW]]
+    known = sa.select(differ.c[CHANGE], *(differ.c[c] for c in layout.ids),
+                      *(now.c[a.column] for a in layout.attributes), differ.c[ROW]
+                      ).select_from(differ.join(now, sa.and_(*same), isouter=True))
+    unkeyed = sa.select(sa.literal(NEW).label(CHANGE), *(now.c[c] for c in layout.ids),
+                        *(now.c[a.column] for a in layout.attributes), now.c[ROW]
+                        ).where(sa.or_(*(now.c[c].is_(None) for c in layout.ids)))
+    return sa.union_all(known, unkeyed).subquery("engage_valued")
 
 
 def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
@@ -132,53 +173,37 @@ def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
     return sa.literal(" ".join(a.digest for a in layout.attributes), sa.String)
 
 
-def _to_send(layout: Layout, differ: sa.Subquery, old: sa.FromClause, on_leave: str,
-             form: Form) -> sa.Select[Any]:
-    """The users whose row differs and have something to send, with their attribute digests
-    and what to send of each (the snapshot's digests read for them only), in `form`."""
-    joined = differ.join(old, sa.and_(*(differ.c[c] == old.c[c] for c in layout.ids)),
-                         isouter=True)
-    change = differ.c[CHANGE]
+def sends_select(layout: Layout, rows: sa.FromClause, old: sa.FromClause, on_leave: str
+           ) -> sa.Select[Any]:
+    """The differing users with their attribute digests and what to send of each (the
+    snapshot's digests read for them only)."""
+    joined = rows.join(old, sa.and_(*(rows.c[c] == old.c[c] for c in layout.ids)),
+                       isouter=True)
+    change = rows.c[CHANGE]
     sends = []
     for a in layout.attributes:
-        now = digest(differ.c[a.column])
+        now = digest(rows.c[a.column])
         gone = old.c[a.digest].is_not(None) if on_leave == "clear" else sa.false()
-        sends.append(sa.case((change == NEW, differ.c[a.column].is_not(None)),
+        sends.append(sa.case((change == NEW, rows.c[a.column].is_not(None)),
                              (change == LEFT, gone),
                              else_=now.is_distinct_from(old.c[a.digest])).label(a.send))
-    inner = sa.select(change, *(differ.c[c] for c in layout.ids),
-                      *(differ.c[a.column] for a in layout.attributes), differ.c[ROW],
-                      *(digest(differ.c[a.column]).label(a.digest) for a in layout.attributes),
-                      *sends).select_from(joined).subquery("engage_delta")
-    wanted: list[sa.ColumnElement[Any]] = [inner.c[a.send] for a in layout.attributes]
+    return sa.select(change, *(rows.c[c] for c in layout.ids),
+                     *(rows.c[a.column] for a in layout.attributes), rows.c[ROW],
+                     *(digest(rows.c[a.column]).label(a.digest) for a in layout.attributes),
+                     *sends).select_from(joined)
+
+
+def wanted(layout: Layout, cols: Any, on_leave: str) -> sa.ColumnElement[bool]:
+    """A compared user with something to do: an attribute to send, or (`delete`) leaving."""
+    terms: list[sa.ColumnElement[Any]] = [cols[a.send] for a in layout.attributes]
     if on_leave == "delete":
-        wanted.append(inner.c[CHANGE] == LEFT)
-    order = [sa.case((inner.c[CHANGE] == LEFT, 1), else_=0), *(inner.c[c] for c in layout.ids)]
-    rows = sa.select(*inner.c).where(sa.or_(*wanted))
-    if form == "counted":
-        return rows
-    if form == "sorted":
-        return rows.order_by(*order)
-    seq = sa.func.row_number().over(order_by=order).label(SEQ)
-    return rows.with_only_columns(seq, *inner.c)
+        terms.append(cols[CHANGE] == LEFT)
+    return sa.or_(*terms)
 
 
-def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: dict[str, str],
-                 on_leave: str) -> None:
-    """The run's pending changes, made anew (what a finished run left is replaced)."""
-    name = layout.quoted(conn.dialect, layout.pending_name)
-    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-    if conn.dialect.name != "duckdb":
-        conn.execute(CreateTableAs(name, pending_select(layout, spec, resolved, on_leave)))
-        return
-    sorted_rows = layout.quoted(conn.dialect, f"{layout.pending_name}_sorted")
-    conn.exec_driver_sql(f"DROP TABLE IF EXISTS {sorted_rows}")
-    conn.execute(CreateTableAs(sorted_rows, pending_select(layout, spec, resolved, on_leave,
-                                                           form="sorted")))
-    seq = conn.dialect.identifier_preparer.quote(SEQ)  # numbered as scanned: in insertion order
-    conn.exec_driver_sql(f"CREATE TABLE {name} AS SELECT row_number() OVER () AS {seq}, * "
-                         f"FROM {sorted_rows}")
-    conn.exec_driver_sql(f"DROP TABLE {sorted_rows}")
+def order(layout: Layout, cols: Any) -> list[sa.ColumnElement[Any]]:
+    """The pending users' order: leavers last, then by identifier."""
+    return [sa.case((cols[CHANGE] == LEFT, 1), else_=0), *(cols[c] for c in layout.ids)]
 
 
 @dataclass(frozen=True)

@@ -71,17 +71,31 @@ class Layout:
     def pending_name(self) -> str:
         return f"{self.snapshot_name}_pending"
 
+    def work(self, suffix: str, columns: tuple[str, ...]) -> sa.TableClause:
+        """A table the comparison writes and drops while it makes the pending table."""
+        return sa.table(f"{self.snapshot_name}_{suffix}", *(sa.column(c) for c in columns),
+                        schema=self.schema)
+
     def snapshot(self) -> sa.TableClause:
         return sa.table(self.snapshot_name, *(sa.column(c) for c in self.ids),
                         sa.column(ROW), *(sa.column(a.digest) for a in self.attributes),
                         schema=self.schema)
 
     def pending(self) -> sa.TableClause:
-        return sa.table(self.pending_name, sa.column(SEQ), sa.column(CHANGE),
-                        *(sa.column(c) for c in self.ids),
-                        *(sa.column(a.column) for a in self.attributes),
-                        sa.column(ROW), *(sa.column(a.digest) for a in self.attributes),
-                        *(sa.column(a.send) for a in self.attributes), schema=self.schema)
+        return sa.table(self.pending_name, *(sa.column(c) for c in (SEQ, *self._compared)),
+                        schema=self.schema)
+
+    def compared(self) -> sa.TableClause:
+        """The users whose row differs, and what to send of each, while the pending table is
+        made (those with something to send, numbered)."""
+        return self.work("cmp", self._compared)
+
+    @property
+    def _compared(self) -> tuple[str, ...]:
+        """A compared (or pending) user's columns: change, identifiers, values, row digest,
+        attribute digests, what to send of each."""
+        return (CHANGE, *self.ids, *(a.column for a in self.attributes), ROW,
+                *(a.digest for a in self.attributes), *(a.send for a in self.attributes))
 
     def quoted(self, dialect: Any, name: str) -> str:
         """A table of this layout as SQL names it (schema-qualified)."""

@@ -3,13 +3,16 @@ identifier, so that a run joins one number a user and digests attributes one by 
 the users whose row changed.
 
 Invariants:
-- the row's text puts each attribute's text between separators, a NULL as its own marker, so
-  rows that differ in any attribute (a NULL against an empty text included) differ in text;
-- the hash is the warehouse's fastest 64-bit one where it is cheap (DuckDB's `hash`,
-  PostgreSQL's `hashtextextended`), else the first 16 hex digits of the MD5. A row digest
-  that no longer matches (an engine whose hash changed) costs time, never a wrong send: the
-  attributes of a row whose digest differs are compared by their own MD5 digests, and only
-  those that differ are sent.
+- rows that differ in any attribute (a NULL against an empty text included) are hashed from
+  different input: on DuckDB its `hash` of the values themselves, position by position (it
+  hashes a NULL as its own value, and never builds the row's text, the costliest part);
+  elsewhere the row's text, each attribute's text between separators and a NULL as its own
+  marker, hashed by PostgreSQL's `hashtextextended`, else the first 16 hex digits of its MD5;
+- a row digest that no longer matches (an engine whose hash changed, a column retyped, a
+  snapshot of a version that hashed otherwise) costs one run's time, never a wrong send: the
+  attributes of a row whose digest differs are compared by their own MD5 digests, only those
+  that differ are sent, and the snapshot's row digest of a user with nothing to send is
+  brought up to date (`snapshot/pending_table.py`).
 """
 
 from __future__ import annotations
@@ -27,27 +30,30 @@ from engage_sync.read.key_digest import key_md5
 FIELD_END, NULL_MARK = "\x1f", "\x1e"
 
 
-class row_hash(GenericFunction[Any]):
-    """A 64-bit hash of a text (see the module's invariants); never NULL for a text."""
+class row_digest(GenericFunction[Any]):
+    """A 64-bit digest of the row made of its arguments (see the module's invariants); never
+    NULL."""
 
     inherit_cache = True
 
 
-@compiles(row_hash)
-def _row_hash_default(element: row_hash, compiler: SQLCompiler, **kw: Any) -> str:
+@compiles(row_digest)
+def _row_digest_default(element: row_digest, compiler: SQLCompiler, **kw: Any) -> str:
     # The key digest's MD5 already compiles for every warehouse (BigQuery's TO_HEX, SQLite's
     # registered function); its first 16 hex digits are the 64 bits.
-    return compiler.process(sa.func.substr(key_md5(*element.clauses), 1, 16), **kw)
+    text = row_text(list(element.clauses))
+    return compiler.process(sa.func.substr(key_md5(text), 1, 16), **kw)
 
 
-@compiles(row_hash, "duckdb")
-def _row_hash_duckdb(element: row_hash, compiler: SQLCompiler, **kw: Any) -> str:
+@compiles(row_digest, "duckdb")
+def _row_digest_duckdb(element: row_digest, compiler: SQLCompiler, **kw: Any) -> str:
     return f"CAST(hash({compiler.process(element.clauses, **kw)}) >> 1 AS BIGINT)"
 
 
-@compiles(row_hash, "postgresql")
-def _row_hash_postgresql(element: row_hash, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"hashtextextended({compiler.process(element.clauses, **kw)}, 0)"
+@compiles(row_digest, "postgresql")
+def _row_digest_postgresql(element: row_digest, compiler: SQLCompiler, **kw: Any) -> str:
+    text = row_text(list(element.clauses))
+    return f"hashtextextended({compiler.process(text, **kw)}, 0)"
 
 
 def column_type(dialect_name: str) -> str:
@@ -63,7 +69,3 @@ def row_text(columns: Sequence[sa.ColumnElement[Any]]) -> sa.ColumnElement[Any]:
     for part in parts[1:]:
         text = text + part
     return text
-
-
-def row_digest(columns: Sequence[sa.ColumnElement[Any]]) -> sa.ColumnElement[Any]:
-    return row_hash(row_text(columns))

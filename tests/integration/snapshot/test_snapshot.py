@@ -11,8 +11,10 @@ import sqlalchemy as sa
 import yaml
 
 from engage_sync.adapters.wiring import sync_file
+from engage_sync.config.files import load_integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import ConfigError, RunRefused
+from engage_sync.snapshot.layout import layout_of
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
 from tests.integration.conftest import (
@@ -236,3 +238,34 @@ def test_the_dry_run_predicts_new_changed_and_left_users_and_their_points(
     record = _run(path, state)
     assert predicted.points == record["data_points_sent"] == _points(service) - before
     assert predicted.points == 10 * 4 + 100 + 50 * 4 and record["rows_left"] == 50
+
+
+def test_row_digests_that_no_longer_match_cost_one_run_and_are_brought_up_to_date(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    """A snapshot whose row digests are not today's (another version's, a retyped column's):
+    one run compares every user attribute by attribute and sends nothing, and the users' row
+    digests are brought up to date, so that later runs do not compare them again."""
+    path = _model(warehouse, service, tmp_path)
+    _run(path, state)
+    snapshot = layout_of(load_integration(path)).snapshot_name
+    warehouse.execute(f"UPDATE {snapshot} SET engage_row = 0 WHERE user_id >= 'u00010'")
+    warehouse.execute("UPDATE model SET plan = 'gold' WHERE score < 10")
+    requests, points = len(service.requests()), _points(service)
+    again = _run(path, state)
+    assert again["job_status"] == "success" and _points(service) == points + 10
+    assert len(service.requests()) == requests + 1
+    with warehouse.engine.connect() as conn:
+        stale = conn.execute(sa.text(f"SELECT count(*) FROM {snapshot} WHERE engage_row = 0"))
+        assert stale.scalar_one() == 0
+
+
+def test_a_row_without_an_identifier_is_reported_each_run_and_the_others_sent(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path
+) -> None:
+    path = _model(warehouse, service, tmp_path)
+    warehouse.insert("model", [{**_rows(1)[0], "user_id": None}])
+    for _ in range(2):
+        record = _run(path, state)
+        assert record["rows_failed_with_errors"] == 1, record
+    assert _objects(service) == USERS

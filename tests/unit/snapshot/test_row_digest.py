@@ -20,20 +20,22 @@ def _digests(rows: list[tuple[Any, ...]], url: str = "duckdb:///:memory:") -> li
         sa.select(sa.cast(sa.literal(a), sa.String).label("a"),
                   sa.cast(sa.literal(b), sa.String).label("b"), sa.literal(i).label("i"))
         for i, (a, b) in enumerate(rows))).subquery("v")
-    query = sa.select(row_digest([rows_sql.c.a, rows_sql.c.b])).order_by(rows_sql.c.i)
+    query = sa.select(row_digest(rows_sql.c.a, rows_sql.c.b)).order_by(rows_sql.c.i)
     with engine.connect() as conn:
         return [d for (d,) in conn.execute(query)]
 
 
 def test_rows_that_differ_in_any_attribute_differ_in_digest() -> None:
-    rows = [("a", None), ("a", ""), (None, "a"), ("ab", "c"), ("a", "bc"), (None, None)]
+    rows = [("a", None), ("a", ""), (None, "a"), ("ab", "c"), ("a", "bc"), (None, None), ("", None),
+            (None, "")]
     digests = _digests(rows)
     assert len(set(digests)) == len(rows) and all(isinstance(d, int) for d in digests)
     assert _digests([("ab", "c")]) == [digests[3]]  # the same row, the same digest
 
 
 def test_the_md5_form_is_sixteen_hex_digits_and_tells_rows_apart() -> None:
-    rows = [("a", None), ("a", ""), (None, "a"), ("ab", "c"), ("a", "bc"), (None, None)]
+    rows = [("a", None), ("a", ""), (None, "a"), ("ab", "c"), ("a", "bc"), (None, None), ("", None),
+            (None, "")]
     digests = _digests(rows, "sqlite://")
     assert len(set(digests)) == len(rows)
     assert all(isinstance(d, str) and len(d) == 16 and int(d, 16) >= 0 for d in digests)

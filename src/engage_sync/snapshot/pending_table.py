@@ -1,0 +1,106 @@
+"""The run's pending table, made in the warehouse from the comparison's selects (`compare`), and
+the snapshot's stale row digests brought up to date.
+
+Invariants:
+- each join that may hold every user is a statement and a work table of its own (the users
+  whose row digest differs; their values; what to send of each): when every user differs (a
+  first run, a snapshot digested otherwise), joins of the whole model in one statement hold
+  their hash tables at once, beyond DuckDB's memory limit;
+- on DuckDB the join with the snapshot's attribute digests runs in slices of at most
+  `SLICE_USERS` users (by the hash of the first identifier, on both sides): two sides of
+  every user, a dozen columns wide, do not fit its memory limit even spilled;
+- on DuckDB the pending rows are written sorted, then numbered as they are scanned (a
+  streaming window), since its ordered window over the whole result cannot spill, while its
+  sort can; elsewhere the window numbers them (1 to n, leavers last, in identifier order);
+- the work tables are dropped once the pending table is made; a run killed meanwhile leaves
+  them, and the next one drops them first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from engage_sync.read.source_spec import SourceSpec
+from engage_sync.snapshot.compare import (
+    CreateTableAs,
+    differ_select,
+    order,
+    sends_select,
+    wanted,
+    with_values,
+)
+from engage_sync.snapshot.layout import CHANGE, CHANGED, ROW, SEQ, Layout
+
+SLICE_USERS = 1_000_000
+
+
+def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: dict[str, str],
+                 on_leave: str) -> None:
+    """The run's pending changes, made anew (what a finished run left is replaced)."""
+    pending, compared = layout.pending(), layout.compared()
+    differing = layout.work("dif", (CHANGE, *layout.ids, ROW))
+    valued = layout.work("val", (CHANGE, *layout.ids, *(a.column for a in layout.attributes),
+                                 ROW))
+    sorted_rows = layout.work("srt", tuple(compared.c.keys()))
+    work = (differing, valued, compared, sorted_rows)
+    for table in (pending, *work):
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
+    conn.execute(CreateTableAs(_name(conn, layout, differing),
+                               differ_select(layout, spec, resolved, layout.snapshot())))
+    values = with_values(layout, spec, resolved, differing)
+    conn.execute(CreateTableAs(_name(conn, layout, valued), sa.select(*values.c)))
+    _compare(conn, layout, valued, compared, on_leave)
+    _refresh_row_digests(conn, layout, compared, on_leave)
+    todo = sa.select(*compared.c).where(wanted(layout, compared.c, on_leave))
+    if conn.dialect.name == "duckdb":
+        conn.execute(CreateTableAs(_name(conn, layout, sorted_rows),
+                                   todo.order_by(*order(layout, compared.c))))
+        conn.execute(CreateTableAs(_name(conn, layout, pending), sa.select(
+            sa.func.row_number().over().label(SEQ), *sorted_rows.c)))
+    else:
+        seq = sa.func.row_number().over(order_by=order(layout, compared.c))
+        conn.execute(CreateTableAs(_name(conn, layout, pending),
+                                   todo.with_only_columns(seq.label(SEQ), *compared.c)))
+    for table in work:
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
+
+
+def _compare(conn: Connection, layout: Layout, valued: sa.TableClause,
+             compared: sa.TableClause, on_leave: str) -> None:
+    """The differing users with what to send of each, written to `compared` (in slices on
+    DuckDB, see the module's invariants)."""
+    held, first = layout.snapshot(), layout.ids[0]
+    users = conn.execute(sa.select(sa.func.count()).select_from(valued)).scalar_one()
+    slices = max(1, math.ceil(users / SLICE_USERS)) if conn.dialect.name == "duckdb" else 1
+    for k in range(slices):
+        rows: sa.FromClause = valued
+        old: sa.FromClause = held.alias("engage_old")
+        if slices > 1:
+            rows = sa.select(valued).where(sa.func.hash(valued.c[first]) % slices == k
+                                           ).subquery("engage_slice")
+            old = sa.select(held).where(sa.func.hash(held.c[first]) % slices == k
+                                        ).subquery("engage_old")
+        select = sends_select(layout, rows, old, on_leave)
+        if k == 0:
+            conn.execute(CreateTableAs(_name(conn, layout, compared), select))
+        else:
+            conn.execute(compared.insert().from_select(list(compared.c.keys()), select))
+
+
+def _refresh_row_digests(conn: Connection, layout: Layout, rows: sa.TableClause,
+                         on_leave: str) -> None:
+    """A user whose row digest differs but with nothing to send holds the snapshot's values:
+    its snapshot row takes the new row digest, or every later run would compare it again."""
+    stale = sa.and_(rows.c[CHANGE] == CHANGED, sa.not_(wanted(layout, rows.c, on_leave)))
+    if not conn.execute(sa.select(sa.func.count()).select_from(rows).where(stale)).scalar():
+        return
+    held = layout.snapshot()
+    conn.execute(held.update().values({ROW: rows.c[ROW]}).where(
+        *(held.c[c] == rows.c[c] for c in layout.ids), stale))
+
+
+def _name(conn: Connection, layout: Layout, table: sa.TableClause) -> str:
+    return layout.quoted(conn.dialect, table.name)
