@@ -9,9 +9,11 @@ Invariants:
 - on DuckDB the join with the snapshot's attribute digests runs in slices of at most
   `SLICE_USERS` users (by the hash of the first identifier, on both sides): two sides of
   every user, a dozen columns wide, do not fit its memory limit even spilled;
-- on DuckDB the pending rows are written sorted, then numbered as they are scanned (a
-  streaming window), since its ordered window over the whole result cannot spill, while its
-  sort can; elsewhere the window numbers them (1 to n, leavers last, in identifier order);
+- on DuckDB the pending rows are numbered as its scan reads them (a streaming window: its
+  ordered window over a whole first run cannot spill, and its sort of every user's values
+  does not fit its memory limit either), the leavers after every other user; elsewhere the
+  window numbers them (leavers last, in identifier order). Either order is made once, so a
+  resumed run reads the same rows in the same order;
 - the work tables are dropped once the pending table is made; a run killed meanwhile leaves
   them, and the next one drops them first.
 """
@@ -32,7 +34,7 @@ from engage_sync.snapshot.compare import (
     wanted,
     with_values,
 )
-from engage_sync.snapshot.layout import CHANGE, CHANGED, ROW, SEQ, Layout
+from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, ROW, SEQ, Layout
 
 SLICE_USERS = 1_000_000
 
@@ -44,8 +46,7 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
     differing = layout.work("dif", (CHANGE, *layout.ids, ROW))
     valued = layout.work("val", (CHANGE, *layout.ids, *(a.column for a in layout.attributes),
                                  ROW))
-    sorted_rows = layout.work("srt", tuple(compared.c.keys()))
-    work = (differing, valued, compared, sorted_rows)
+    work = (differing, valued, compared)
     for table in (pending, *work):
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
     conn.execute(CreateTableAs(_name(conn, layout, differing),
@@ -54,16 +55,12 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
     conn.execute(CreateTableAs(_name(conn, layout, valued), sa.select(*values.c)))
     _compare(conn, layout, valued, compared, on_leave)
     _refresh_row_digests(conn, layout, compared, on_leave)
-    todo = sa.select(*compared.c).where(wanted(layout, compared.c, on_leave))
     if conn.dialect.name == "duckdb":
-        conn.execute(CreateTableAs(_name(conn, layout, sorted_rows),
-                                   todo.order_by(*order(layout, compared.c))))
-        conn.execute(CreateTableAs(_name(conn, layout, pending), sa.select(
-            sa.func.row_number().over().label(SEQ), *sorted_rows.c)))
+        _number_as_scanned(conn, layout, compared, pending, on_leave)
     else:
         seq = sa.func.row_number().over(order_by=order(layout, compared.c))
-        conn.execute(CreateTableAs(_name(conn, layout, pending),
-                                   todo.with_only_columns(seq.label(SEQ), *compared.c)))
+        conn.execute(CreateTableAs(_name(conn, layout, pending), sa.select(
+            seq.label(SEQ), *compared.c).where(wanted(layout, compared.c, on_leave))))
     for table in work:
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
 
@@ -88,6 +85,20 @@ def _compare(conn: Connection, layout: Layout, valued: sa.TableClause,
             conn.execute(CreateTableAs(_name(conn, layout, compared), select))
         else:
             conn.execute(compared.insert().from_select(list(compared.c.keys()), select))
+
+
+def _number_as_scanned(conn: Connection, layout: Layout, compared: sa.TableClause,
+                       pending: sa.TableClause, on_leave: str) -> None:
+    """DuckDB's pending rows numbered in the order its scan reads them (a streaming window,
+    no sort), the leavers after every other user."""
+    todo = wanted(layout, compared.c, on_leave)
+    conn.execute(CreateTableAs(_name(conn, layout, pending), sa.select(
+        sa.func.row_number().over().label(SEQ), *compared.c).where(
+        todo, compared.c[CHANGE] != LEFT)))
+    staying = conn.execute(sa.select(sa.func.count()).select_from(pending)).scalar_one()
+    conn.execute(pending.insert().from_select(list(pending.c.keys()), sa.select(
+        (sa.func.row_number().over() + staying).label(SEQ), *compared.c).where(
+        todo, compared.c[CHANGE] == LEFT)))
 
 
 def _refresh_row_digests(conn: Connection, layout: Layout, rows: sa.TableClause,
