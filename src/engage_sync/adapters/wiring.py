@@ -181,9 +181,9 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
         result = _send(path, plan, count, runner, stop, pin, res.state_url, Deps(
             engine=res.engine, state=store, transport=link.transport, api_key=link.api_key,
             budgets=link.budgets, on_progress=on_progress, clock=clock, stop=stop))
+    alert = flag_alert(store, result, plan.integration.failed_rows_alert_share)
     spend_cap.settle(store, spend, result)
-    return RunResult(plan.name, record=result,
-                     alert=flag_alert(store, result, plan.integration.failed_rows_alert_share))
+    return RunResult(plan.name, record=result, alert=alert)
 
 
 def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,
