@@ -214,15 +214,17 @@ class RunResources:
 
 @contextmanager
 def run_resources(plan: RunPlan, store: StateStore, budgets: RateBudgets | None = None,
-                  blocks: SecretBlocks | None = None,
-                  cache: DefinitionsCache | None = None) -> Iterator[RunResources]:
+                  blocks: SecretBlocks | None = None, cache: DefinitionsCache | None = None,
+                  *, read_only: bool = False, check: bool = True) -> Iterator[RunResources]:
     """A run's resources, in the order its failures are told: the warehouse's engine, then for
-    a live run the service link with its key checked (`service_link`: the key, the budgets,
-    the transport); each closed on exit (a DuckDB file's turn released)."""
+    a live run the service link, its key checked unless not `check` (`service_link`: the key,
+    the budgets, the transport); each closed on exit (a DuckDB file's turn released). A
+    partition in a process of its own opens a DuckDB file `read_only` (`warehouse_engine`),
+    and leaves the key check to its coordinator."""
     state = portable_url(store)
     with ExitStack() as held:
-        engine = warehouse_engine(plan)
+        engine = warehouse_engine(plan, read_only=read_only)
         held.callback(duckdb_turns.release, engine)
-        link = None if plan.options.dry_run else held.enter_context(
-            service_link(plan.integration, budgets, blocks, check=True, cache=cache))
+        link = None if plan.options.dry_run else held.enter_context(service_link(
+            plan.integration, budgets, blocks, check=check, cache=cache))
         yield RunResources(engine, link, state)

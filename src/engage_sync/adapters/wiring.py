@@ -27,8 +27,6 @@ from engage_sync.adapters.resources import (
     SecretBlocks,
     open_state,
     run_resources,
-    service_link,
-    warehouse_engine,
     writeback_engine,
 )
 from engage_sync.adapters.stop_signal import stop_on_sigterm
@@ -41,7 +39,6 @@ from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope
-from engage_sync.read import duckdb_turns
 from engage_sync.read.plan import RunPlan, prepare
 from engage_sync.run import spend_cap
 from engage_sync.run.dry_run import DryRun, dry_run
@@ -223,14 +220,13 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
                 "this worker uses holds no run of its coordinator; give the workers the same "
                 "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
         plan = prepare(load_integration(job.path), job.options())
-        engine = warehouse_engine(plan, read_only=job.read_only)
-        try:
-            with service_link(plan.integration, budgets, blocks) as link:
-                deps = Deps(engine=engine, state=store, transport=link.transport,
-                            api_key=link.api_key, budgets=link.budgets)
-                return run_sync(plan, deps, PartitionScope(job.parent, job.index, job.count))
-        finally:
-            duckdb_turns.release(engine)
+        with run_resources(plan, store, budgets, blocks, read_only=job.read_only,
+                           check=False) as res:
+            link = res.link
+            assert link is not None  # a partition is a live run's: its job has no dry run
+            deps = Deps(engine=res.engine, state=store, transport=link.transport,
+                        api_key=link.api_key, budgets=link.budgets)
+            return run_sync(plan, deps, PartitionScope(job.parent, job.index, job.count))
     finally:
         store.engine.dispose()
 
