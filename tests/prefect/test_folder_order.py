@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from engage_sync.adapters import artifacts, flows
+from engage_sync.adapters import flows
 from engage_sync.adapters.wiring import RunResult
 from engage_sync.run.dry_run import DryRun
+from engage_sync.state import retention
 
 KINDS = {"a_deletes": "deletes", "b_events": "events", "c_attributes": "attributes"}
 
@@ -45,7 +46,7 @@ def test_a_folder_flow_run_prunes_old_row_errors_once(
     prunes: list[Any] = []
     monkeypatch.setattr(flows, "sync_file", lambda path, **kw: RunResult(
         Path(path).stem, record={"job_status": "success", "rows_synced": 1}))
-    monkeypatch.setattr(artifacts.retention, "prune", lambda store: prunes.append(store) or 0)
+    monkeypatch.setattr(retention, "prune", lambda store: prunes.append(store) or 0)
     result = flows.sync_folder(str(tmp_path), state_url=f"sqlite:///{tmp_path / 'state.db'}")
     assert set(result) == set(KINDS)
     assert len(prunes) == 1  # each integration's artifacts left, the errors pruned once

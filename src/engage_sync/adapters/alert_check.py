@@ -58,7 +58,8 @@ def figures_of(run: Mapping[str, Any]) -> RunFigures:
 
 def after_run(integration: Integration, store: StateStore, *, clock: Clock | None = None,
               deliver: Deliver | None = None) -> None:
-    """Volume, failed and (with `fresh_within`) freshness on the newest finished run."""
+    """Volume, failed and (with `fresh_within`) freshness on the newest finished run, all
+    at one `now`."""
     alerts = integration.alerts
     if alerts is None:
         return
@@ -67,6 +68,7 @@ def after_run(integration: Integration, store: StateStore, *, clock: Clock | Non
         newest = store.finished_runs(name, 1)
         if not newest:
             return
+        now = (clock or _now)()
         run = figures_of(newest[0])
         history = [figures_of(r) for r in store.finished_runs(
             name, conditions.HISTORY, before_seq=newest[0]["seq"], status="success",
@@ -74,8 +76,9 @@ def after_run(integration: Integration, store: StateStore, *, clock: Clock | Non
         found = {"volume": conditions.volume(run, history, alerts.factor),
                  "failed": conditions.failed(run)}
         if alerts.fresh_within is not None:
-            found["freshness"] = _freshness(store, name, alerts.fresh_within, clock or _now)
-        apply(store, name, found, deliver or delivery_for(name, alerts), (clock or _now)())
+            last, first = store.success_and_first(name)
+            found["freshness"] = conditions.freshness(now, last, first, alerts.fresh_within)
+        apply(store, name, found, deliver or delivery_for(name, alerts), now)
     except Exception as exc:
         log.warning("integration %s: alerts not evaluated (%s)", name, type(exc).__name__)
 
@@ -86,15 +89,10 @@ def check_freshness(integration: Integration, store: StateStore, now: datetime,
     alerts = integration.alerts
     if alerts is None or alerts.fresh_within is None:
         return
-    found = {"freshness": _freshness(store, integration.name, alerts.fresh_within,
-                                     lambda: now)}
+    last, first = store.success_and_first(integration.name)
+    found = {"freshness": conditions.freshness(now, last, first, alerts.fresh_within)}
     apply(store, integration.name, found,
           deliver or delivery_for(integration.name, alerts), now)
-
-
-def _freshness(store: StateStore, name: str, within: Any, clock: Clock) -> Finding:
-    last, first = store.success_and_first(name)
-    return conditions.freshness(clock(), last, first, within)
 
 
 def apply(store: StateStore, name: str, found: Mapping[str, Finding], deliver: Deliver,

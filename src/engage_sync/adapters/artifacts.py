@@ -9,12 +9,11 @@ pruning is a scan of the state's error records).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from prefect.artifacts import create_table_artifact
 
-from engage_sync.state import retention
+from engage_sync.state.retention import prune_quietly
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import run_errors
 
@@ -41,11 +40,3 @@ def leave_artifacts(name: str, record: dict[str, Any], store: StateStore,
                         f"`engage-sync errors {name}` lists them")
     if prune:
         prune_quietly(store)
-
-
-def prune_quietly(store: StateStore) -> None:
-    """Old row errors pruned; a failure is a warning (pruning never fails a sync)."""
-    try:
-        retention.prune(store)
-    except Exception as exc:
-        logging.getLogger(__name__).warning("pruning row errors failed: %s", exc)

@@ -43,7 +43,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed, Failed, State
 
 from engage_sync.adapters import folder_runs, prefect_exit, run_logs
-from engage_sync.adapters.artifacts import leave_artifacts, prune_quietly
+from engage_sync.adapters.artifacts import leave_artifacts
 from engage_sync.adapters.failures import SyncAlert, one_line
 from engage_sync.adapters.secret_blocks import secret_block
 from engage_sync.adapters.wiring import open_state, sync_file
@@ -53,6 +53,7 @@ from engage_sync.cursor.progress import Mode
 from engage_sync.deliver.definitions import DefinitionsCache
 from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import SKIPPED, RunInProgress, SyncError
+from engage_sync.state.retention import prune_quietly
 from engage_sync.state.store import StateStore
 from engage_sync.status.progress_report import ProgressReporter
 

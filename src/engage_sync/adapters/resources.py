@@ -1,6 +1,7 @@
 """The shared resources a run uses, opened in one place: the state store, the warehouse's
 engine, the write-back's engines, and the link to the service (the HTTP transport, the API
-key, the rate budgets).
+key, the rate budgets). A run's own are opened together, before its first stage
+(`run_resources`).
 
 Invariants: each is made here from the run's plan and this process's environment (or
 Prefect's Secret blocks, handed in), once per run, and closed by whoever opened it; no
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from engage_sync.config import secrets
 from engage_sync.config.integration import Integration
 from engage_sync.config.service import budget_store
 from engage_sync.deliver.definitions import Definitions, DefinitionsCache
-from engage_sync.deliver.key_check import check_key
+from engage_sync.deliver.key_check import checked_definitions
 from engage_sync.deliver.lean_transport import LeanTransport
 from engage_sync.deliver.proxies import proxy_for
 from engage_sync.deliver.ratelimit import RateBudgets
@@ -159,19 +160,8 @@ def service_link(integration: Integration, budgets: RateBudgets | None = None,
     run_budgets = budgets_for(where, budgets)
     with http_transport(integration) as transport:
         yield ServiceLink(transport, key, run_budgets,
-                          _definitions(integration, transport, key, cache) if check else None)
-
-
-def _definitions(integration: Integration, transport: httpx.BaseTransport, key: str,
-                 cache: DefinitionsCache | None) -> Definitions | None:
-    url = integration.service.base_url
-    found = cache.get(url, key) if cache is not None else None
-    if found is None:
-        answer = check_key(transport, integration.service, key, integration.name)
-        found = None if answer is None else Definitions.from_answer(answer)
-        if found is not None and cache is not None:
-            cache.put(url, key, found)
-    return found
+                          checked_definitions(transport, integration.service, key, integration.name,
+                                              cache) if check else None)
 
 
 def http_transport(integration: Integration) -> httpx.BaseTransport:
@@ -209,3 +199,32 @@ def service_key(integration: Integration, blocks: SecretBlocks | None = None) ->
             "integration as a flow (without --no-prefect), or name an environment variable "
             "in 'service.api_key_env' instead", key="service.api_key_block")
     return blocks(integration.name, name)
+
+
+@dataclass(frozen=True)
+class RunResources:
+    """What one run uses from outside, opened before its first stage."""
+
+    engine: sa.Engine
+    link: ServiceLink | None
+    """The service link, its key checked; None for a dry run, which sends nothing."""
+    state_url: SecretStr
+    """The state store's URL for partitions in other threads or processes (`portable_url`)."""
+
+
+@contextmanager
+def run_resources(plan: RunPlan, store: StateStore, budgets: RateBudgets | None = None,
+                  blocks: SecretBlocks | None = None, cache: DefinitionsCache | None = None,
+                  *, read_only: bool = False, check: bool = True) -> Iterator[RunResources]:
+    """A run's resources, in the order its failures are told: the warehouse's engine, then for
+    a live run the service link, its key checked unless not `check` (`service_link`: the key,
+    the budgets, the transport); each closed on exit (a DuckDB file's turn released). A
+    partition in a process of its own opens a DuckDB file `read_only` (`warehouse_engine`),
+    and leaves the key check to its coordinator."""
+    state = portable_url(store)
+    with ExitStack() as held:
+        engine = warehouse_engine(plan, read_only=read_only)
+        held.callback(duckdb_turns.release, engine)
+        link = None if plan.options.dry_run else held.enter_context(service_link(
+            plan.integration, budgets, blocks, check=check, cache=cache))
+        yield RunResources(engine, link, state)

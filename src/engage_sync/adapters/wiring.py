@@ -18,15 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from engage_sync.adapters import alert_check, lineage
 from engage_sync.adapters.failures import after_the_run, recorded
 from engage_sync.adapters.gc_tuning import tune_gc
 from engage_sync.adapters.resources import (
     SecretBlocks,
     open_state,
-    portable_url,
-    service_link,
-    warehouse_engine,
+    run_resources,
     writeback_engine,
 )
 from engage_sync.adapters.stop_signal import stop_on_sigterm
@@ -39,7 +39,6 @@ from engage_sync.deliver.ratelimit import RateBudgets
 from engage_sync.errors import ConfigError
 from engage_sync.partitions.coordinator import Execute, PartitionJob, count_for, run_partitioned
 from engage_sync.partitions.scope import PartitionScope
-from engage_sync.read import duckdb_turns
 from engage_sync.read.plan import RunPlan, prepare
 from engage_sync.run import spend_cap
 from engage_sync.run.dry_run import DryRun, dry_run
@@ -153,42 +152,44 @@ def _sync(path: str | Path, plan: RunPlan, store: StateStore, budgets: RateBudge
           clock: Callable[[], datetime], runner: Runner | None,
           seen: lineage.Observer, stop: StopRequest | None,
           blocks: SecretBlocks | None, definitions: DefinitionsCache | None) -> RunResult:
-    """The warehouse is opened once, the same way for a dry run and a live one. Everything
-    that stops a live run before its loop opens a run row is recorded at once
-    (`failures.recorded`): the warehouse, the CPU setting, the key, the budgets, the
-    transport, the key check (before anything is read), the schema guard, the type check, the
-    partitions and the spend cap. A dry run reads and packs, sending and recording nothing,
-    not even a changed schema (a warehouse out of reach is recorded, as for any run)."""
+    """The run's resources are opened once, before its first stage, the same way for a dry
+    run and a live one. Everything that stops a live run before its loop opens a run row is
+    recorded at once (`failures.recorded`): the CPU setting, the warehouse, the key, the
+    budgets, the transport, the key check (before anything is read), the schema guard, the
+    type check, the partitions and the spend cap. A dry run reads and packs, sending and
+    recording nothing, not even a changed schema (a warehouse out of reach is recorded, as
+    for any run)."""
+    live = not plan.options.dry_run
     with ExitStack() as held:
         with recorded(store, plan.name, plan.options.mode):
-            engine = warehouse_engine(plan)
-            held.callback(duckdb_turns.release, engine)
-            if not plan.options.dry_run:
-                pin = pin_setting(os.environ)  # one CPU for the run (cpu_affinity)
-                link = held.enter_context(service_link(plan.integration, budgets, blocks,
-                                                       check=True, cache=definitions))
-                guard_schema(plan, engine, store)
+            pin = pin_setting(os.environ) if live else None  # one CPU for the run
+            res = held.enter_context(run_resources(plan, store, budgets, blocks, definitions))
+            if res.link is not None:
+                link = res.link
+                guard_schema(plan, res.engine, store)
                 check_types(plan, link.definitions, store, link.transport, link.api_key,
-                            engine)
+                            res.engine)
                 count = count_for(store, plan)  # a kind that cannot be split so: ConfigError
-                spend = spend_cap.reserve(plan, engine, store, clock)
-        if plan.options.dry_run:
-            guard_schema(plan, engine, store, record=False)
-            return RunResult(plan.name, dry_run=dry_run(plan, engine, store, clock=clock))
-        seen.start(plan, engine)
-        result = _send(path, plan, count, runner, stop, pin, Deps(
-            engine=engine, state=store, transport=link.transport, api_key=link.api_key,
+                spend = spend_cap.reserve(plan, res.engine, store, clock)
+        if not live:
+            guard_schema(plan, res.engine, store, record=False)
+            return RunResult(plan.name, dry_run=dry_run(plan, res.engine, store, clock=clock))
+        seen.start(plan, res.engine)
+        result = _send(path, plan, count, runner, stop, pin, res.state_url, Deps(
+            engine=res.engine, state=store, transport=link.transport, api_key=link.api_key,
             budgets=link.budgets, on_progress=on_progress, clock=clock, stop=stop))
+    alert = flag_alert(store, result, plan.integration.failed_rows_alert_share)
     spend_cap.settle(store, spend, result)
-    return RunResult(plan.name, record=result,
-                     alert=flag_alert(store, result, plan.integration.failed_rows_alert_share))
+    return RunResult(plan.name, record=result, alert=alert)
 
 
 def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,
-          stop: StopRequest | None, pin: str | None, deps: Deps) -> dict[str, Any]:
+          stop: StopRequest | None, pin: str | None, state_url: SecretStr, deps: Deps
+          ) -> dict[str, Any]:
     """The rows of failed requests first (incremental and full-resync runs), then the run
-    itself: in `count` partitions (`runner` executes them), or in this process, on the CPU
-    `pin` names (`cpu_affinity`; a partitioned run is never pinned)."""
+    itself: in `count` partitions (`runner` executes them, on the state store at
+    `state_url`), or in this process, on the CPU `pin` names (`cpu_affinity`; a partitioned
+    run is never pinned)."""
     store, integration = deps.state, plan.integration
     if stop is not None and count == 1:  # a partitioned run stops as a crash does
         stop.arm(integration.service.timeout_seconds + STOP_MARGIN)
@@ -198,7 +199,6 @@ def _send(path: str | Path, plan: RunPlan, count: int, runner: Runner | None,
         if count == 1:
             return sync_of(plan)(plan, deps)  # by its cursor or by its snapshot
     execute = (runner or threads_runner)(integration, deps.budgets)
-    state_url = portable_url(store)  # for partitions in other threads or processes
     with recorded(store, plan.name, plan.options.mode, only=ConfigError):  # the task runner's
         return run_partitioned(str(Path(path).resolve()), plan, store, deps.engine, count,
                                execute, deps.clock, state_url, deps.on_progress)
@@ -220,14 +220,13 @@ def run_partition(job: PartitionJob, budgets: RateBudgets | None = None,
                 "this worker uses holds no run of its coordinator; give the workers the same "
                 "state database (ENGAGE_SYNC_STATE_URL, or --state-url)")
         plan = prepare(load_integration(job.path), job.options())
-        engine = warehouse_engine(plan, read_only=job.read_only)
-        try:
-            with service_link(plan.integration, budgets, blocks) as link:
-                deps = Deps(engine=engine, state=store, transport=link.transport,
-                            api_key=link.api_key, budgets=link.budgets)
-                return run_sync(plan, deps, PartitionScope(job.parent, job.index, job.count))
-        finally:
-            duckdb_turns.release(engine)
+        with run_resources(plan, store, budgets, blocks, read_only=job.read_only,
+                           check=False) as res:
+            link = res.link
+            assert link is not None  # a partition is a live run's: its job has no dry run
+            deps = Deps(engine=res.engine, state=store, transport=link.transport,
+                        api_key=link.api_key, budgets=link.budgets)
+            return run_sync(plan, deps, PartitionScope(job.parent, job.index, job.count))
     finally:
         store.engine.dispose()
 

@@ -22,7 +22,7 @@ import logging
 import httpx
 
 from engage_sync.config.service import Service
-from engage_sync.deliver.definitions import PATH, get_page
+from engage_sync.deliver.definitions import PATH, Definitions, DefinitionsCache, get_page
 from engage_sync.errors import FatalDeliveryError
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,22 @@ def check_key(transport: httpx.BaseTransport, service: Service, api_key: str,
             f"{CHECK_PATH}, asked before reading): nothing was read or sent; check the key in "
             f"{_source(service)}")
     return response
+
+
+def checked_definitions(transport: httpx.BaseTransport, service: Service, api_key: str,
+                        integration: str, cache: DefinitionsCache | None = None
+                        ) -> Definitions | None:
+    """The key checked (`check_key`) and its answer as the first page of the definitions,
+    unless `cache` (a folder's) holds this service's and key's, read within its TTL: they
+    stand for the check. None when the check had no answer."""
+    url = service.base_url
+    found = cache.get(url, api_key) if cache is not None else None
+    if found is None:
+        answer = check_key(transport, service, api_key, integration)
+        found = None if answer is None else Definitions.from_answer(answer)
+        if found is not None and cache is not None:
+            cache.put(url, api_key, found)
+    return found
 
 
 def _source(service: Service) -> str:

@@ -49,7 +49,7 @@ from engage_sync.read.null_cursors import count_skipped
 from engage_sync.read.plan import RunPlan
 from engage_sync.run.lease import Lease, new_owner
 from engage_sync.run.resume import open_run
-from engage_sync.run.windows import new_window, parent_window, window_before
+from engage_sync.run.windows import Windows
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import job_message, job_status, record
 
@@ -200,13 +200,12 @@ def run_partitioned(path: str, plan: RunPlan, store: StateStore, engine: Engine,
     `count_for`'s, checked there. Raises PartitionStopped (the run left resumable) when a
     partition stopped early."""
     integration, options, name = plan.integration, plan.options, plan.name
-    owner = new_owner()
+    owner, windows = new_owner(), Windows(plan, engine)
     stored = key_digest.stored_cursor(store, integration)
     opened = open_run(store, name, options.mode, options.scope, True,
-                      lambda: new_window(plan, engine, store, stored, clock()),
-                      lambda: window_before(plan, engine), owner=owner,
+                      lambda: windows.new(store, stored, clock()), windows.before, owner=owner,
                       lease_seconds=integration.lease_seconds)
-    window = parent_window(store.run(opened.run_id), opened.window.before)
+    window = opened.opened_on
     lease = Lease(store, opened.run_id, owner, integration.lease_seconds).start()
     parts = _Partitions(integration, store, options, opened.run_id, window, count, on_progress)
     try:

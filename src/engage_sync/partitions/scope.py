@@ -18,15 +18,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
 from engage_sync.config import partition_names
 from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import SyncError
-from engage_sync.read.plan import RunPlan
-from engage_sync.run.windows import parent_window
+from engage_sync.run.windows import Windows, parent_window
 from engage_sync.state.store import StateStore
 
 
@@ -59,9 +56,9 @@ class PartitionScope:
                 if r["integration"] == run_name and r["job_status"] != "running"]
         return done[-1] if done else None
 
-    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
-                   stored: Cursor | None, now: datetime, before: Any) -> Window:
-        return parent_window(state.run(self.parent), before)
+    def new_window(self, windows: Windows, state: StateStore, stored: Cursor | None,
+                   now: datetime) -> Window:
+        return parent_window(state.run(self.parent), windows.before())
 
     def narrow(self, window: Window) -> Window:
         return replace(window, partition=(self.index, self.count))

@@ -40,6 +40,7 @@ from engage_sync.run.loop import Deps, Run, run_sync
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.snapshot_run import pending_integration, refuse_leavers
 from engage_sync.run.stage import Stages
+from engage_sync.run.windows import Windows
 from engage_sync.snapshot import leavers as lv
 from engage_sync.snapshot.kind import pending_kind
 from engage_sync.snapshot.layout import SEQ, Layout, layout_of
@@ -152,8 +153,8 @@ class LeaveScope(WholeRun):
     def resume_key(self, options: Any) -> str | None:
         return LEAVERS
 
-    def new_window(self, plan: RunPlan, engine: sa.Engine, state: StateStore,
-                   stored: Cursor | None, now: datetime, before: Any) -> Window:
+    def new_window(self, windows: Windows, state: StateStore, stored: Cursor | None,
+                   now: datetime) -> Window:
         return Window(start=None, signpost=None)
 
 

@@ -59,7 +59,7 @@ from engage_sync.run.scope import Scope, WholeRun
 from engage_sync.run.send_loop import RunContext, SendLoop
 from engage_sync.run.stages import bind_run, stages_for
 from engage_sync.run.stop import StopRequest
-from engage_sync.run.windows import window_before
+from engage_sync.run.windows import Windows
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import record
 
@@ -97,6 +97,7 @@ class Run:
         self.resend_in_doubt, self.lookback = plan.resend_in_doubt, plan.lookback
         self.run_name = scope.run_name(plan.name)
         self.stored: Cursor | None = stored_cursor(deps.state, self.i)  # at the open
+        self.windows = Windows(plan, deps.engine)
         self.stages = stages_for(plan, deps.state, scope.own_process)
         drops = self._drops()
         self.reader = Reader(plan, deps.engine, deps.state, drops)
@@ -141,7 +142,7 @@ class Run:
             return record(done)
         opened = open_run(state, self.run_name, self.options.mode,
                           self.scope.resume_key(self.options), self.resend_in_doubt,
-                          self.new_window, self._before,
+                          self.new_window, self.windows.before,
                           name_duplicates=self.kind.names_duplicates(self.i),
                           owner=self.owner, lease_seconds=self.i.lease_seconds)
         opened.window = self.scope.narrow(opened.window)
@@ -256,11 +257,8 @@ class Run:
     # opening -------------------------------------------------------------------------------
     def new_window(self) -> Window:
         """The window of a new run of this scope (`Scope.new_window`)."""
-        return self.scope.new_window(self.plan, self.deps.engine, self.deps.state, self.stored,
-                                     self.deps.clock(), self._before())
-
-    def _before(self) -> Any:
-        return window_before(self.plan, self.deps.engine)
+        return self.scope.new_window(self.windows, self.deps.state, self.stored,
+                                     self.deps.clock())
 
     def _check_delete_cap(self, window: Window) -> None:
         """An irreversible kind (deletes): refuse a run above `max_deletes` before sending

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,10 +38,12 @@ class Opened:
     after its progress (the frontier: those before it are never read again), (skip policy)
     the numbers of the requests in flight at the crash whose rows are still to be named
     (journaled without their keys), and the highest request number journaled (the resumed
-    run numbers its requests after it)."""
+    run numbers its requests after it). `window` starts at the run's progress, `opened_on`
+    at the start it was opened on (a partitioned run's parent hands that to its partitions)."""
 
     run_id: str
     window: Window
+    opened_on: Window
     done: list[JournalEntry] = field(default_factory=list)
     crashed: set[int] = field(default_factory=set)
     last_req: int = 0
@@ -62,7 +64,7 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
         window = new_window()
         run_id = state.open_run(name, mode, window.start, window.signpost, window.floor,
                                 scope=scope, owner=owner, lease_seconds=lease_seconds)
-        return Opened(run_id, window)
+        return Opened(run_id, window, window)
     run_id = resumed["run_id"]
     _refuse_if_owned(name, resumed)
     dead = owner_gone_here(resumed.get("owner"))
@@ -77,12 +79,13 @@ def open_run(state: StateStore, name: str, mode: str, scope: str | None,
         crashed = state.mark_pending_in_doubt(run_id, name)
     signpost = decode_cursor(resumed["signpost"])
     floor = decode_cursor(resumed["floor"])
-    window = Window(start=decode_cursor(resumed["progress"]),
-                    signpost=signpost[0] if signpost else None,
-                    floor=floor[0] if floor else None, before=before())
+    opened_on = Window(start=decode_cursor(resumed["window_start"]),
+                       signpost=signpost[0] if signpost else None,
+                       floor=floor[0] if floor else None, before=before())
+    window = replace(opened_on, start=decode_cursor(resumed["progress"]))
     done, last_req = state.frontier(run_id, window.start)
     log.info("integration %s: resuming run %s", name, run_id)
-    return Opened(run_id, window, done, crashed, last_req)
+    return Opened(run_id, window, opened_on, done, crashed, last_req)
 
 
 def refuse_if_in_progress(state: StateStore, name: str, mode: str, scope: str | None) -> None:

@@ -31,14 +31,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Engine
-
 from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import NOT_THE_RUNS_FAILURE, SyncError
 from engage_sync.read.plan import RunPlan
 from engage_sync.run.loop import Deps, Run
+from engage_sync.run.windows import Windows
 from engage_sync.state.retries import LANDED, RETRIED, Retry
 from engage_sync.state.store import StateStore
 
@@ -71,8 +70,8 @@ class RetryScope:
         run_id = state.finished_retry_run(run_name, self.retry)
         return None if run_id is None else state.run(run_id)
 
-    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
-                   stored: Cursor | None, now: datetime, before: Any) -> Window:
+    def new_window(self, windows: Windows, state: StateStore, stored: Cursor | None,
+                   now: datetime) -> Window:
         r = self.retry
         return Window(start=r.start, signpost=r.end[0], floor=r.floor, before=r.before,
                       partition=r.partition, until=r.end)

@@ -20,14 +20,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy.engine import Engine
-
 from engage_sync.config.run_options import RunOptions
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, SyncError
-from engage_sync.read.plan import RunPlan
-from engage_sync.run.windows import new_window
+from engage_sync.run.windows import Windows
 from engage_sync.state.store import StateStore
 
 
@@ -65,8 +62,10 @@ class Scope(Protocol):
         """The run row of this scope if it ran to its end already, else None."""
         ...
 
-    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
-                   stored: Cursor | None, now: datetime, before: Any) -> Window: ...
+    def new_window(self, windows: Windows, state: StateStore, stored: Cursor | None,
+                   now: datetime) -> Window:
+        """The window a new run of this scope opens on (`windows`: the run's)."""
+        ...
 
     def narrow(self, window: Window) -> Window:
         """The rows of the window this scope reads."""
@@ -98,9 +97,9 @@ class WholeRun:
     def finished(self, state: StateStore, run_name: str) -> dict[str, Any] | None:
         return None  # a finished run is history: the next start opens a new one
 
-    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
-                   stored: Cursor | None, now: datetime, before: Any) -> Window:
-        return new_window(plan, engine, state, stored, now)
+    def new_window(self, windows: Windows, state: StateStore, stored: Cursor | None,
+                   now: datetime) -> Window:
+        return windows.new(state, stored, now)
 
     def narrow(self, window: Window) -> Window:
         return window

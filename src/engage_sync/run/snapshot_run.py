@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from engage_sync import kinds
 from engage_sync.config.integration import Integration, Source
@@ -32,6 +31,7 @@ from engage_sync.read.plan import RunPlan, source_spec
 from engage_sync.run.loop import Deps, Run
 from engage_sync.run.scope import WholeRun
 from engage_sync.run.stage import Stages
+from engage_sync.run.windows import Windows
 from engage_sync.snapshot import compare, left_rows, pending_table
 from engage_sync.snapshot.advance import advance
 from engage_sync.snapshot.audience import audience_kind, compared_source, layout_for
@@ -71,8 +71,8 @@ class SnapshotScope(WholeRun):
     def __init__(self, prepare: Callable[[], None]) -> None:
         self.prepare = prepare
 
-    def new_window(self, plan: RunPlan, engine: Engine, state: StateStore,
-                   stored: Cursor | None, now: datetime, before: Any) -> Window:
+    def new_window(self, windows: Windows, state: StateStore, stored: Cursor | None,
+                   now: datetime) -> Window:
         self.prepare()
         return Window(start=None, signpost=None)
 

@@ -2,11 +2,14 @@
 
 A new run reads from the stored cursor (none for a full resync) to the signpost, or a
 backfill's range (`cursor.window` owns the rule); a partition reads its parent's window.
+Invariant: one run samples its cursor column (for the type of its values) at most once, and
+its new window and a resumed backfill's end are aligned to that one sample (`Windows`).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -18,27 +21,37 @@ from engage_sync.read.plan import RunPlan
 from engage_sync.state.store import StateStore
 
 
-def new_window(plan: RunPlan, engine: Engine, state: StateStore, stored: Cursor | None,
-               now: datetime) -> Window:
-    """The window of a new run: a backfill's range, or from the stored cursor (none for a full
-    resync) to the signpost. With lookback, acks below the re-read period are pruned."""
-    options, lag = plan.options, plan.integration.settle_lag
-    sample = sample_cursor(engine, plan.spec)
-    if options.mode == "backfill":
-        return backfill_window(options.start, options.end, now, lag, sample)
-    window = incremental_window(None if options.mode == "full_resync" else stored, now, lag,
-                                plan.lookback, sample)
-    if window.floor is not None:  # lookback: acks below the re-read period are not needed
-        state.prune_acks(plan.name, stamp(window.floor))
-    return window
+class Windows:
+    """The windows of one run of `plan` on the warehouse's `engine`, from one sample of the
+    cursor column, read when first needed."""
 
+    def __init__(self, plan: RunPlan, engine: Engine) -> None:
+        self.plan, self.engine = plan, engine
 
-def window_before(plan: RunPlan, engine: Engine) -> Any:
-    """A resumed backfill's exclusive end, in the source's cursor type."""
-    end = plan.options.end if plan.options.mode == "backfill" else None
-    if end is None:
-        return None
-    return align(end, sample_cursor(engine, plan.spec))
+    @cached_property
+    def sample(self) -> Any:
+        """One cursor value, for its Python type (`extract.sample_cursor`)."""
+        return sample_cursor(self.engine, self.plan.spec)
+
+    def new(self, state: StateStore, stored: Cursor | None, now: datetime) -> Window:
+        """The window of a new run: a backfill's range, or from the stored cursor (none for a
+        full resync) to the signpost. With lookback, acks below the re-read period are
+        pruned."""
+        plan = self.plan
+        options, lag = plan.options, plan.integration.settle_lag
+        if options.mode == "backfill":
+            return backfill_window(options.start, options.end, now, lag, self.sample)
+        window = incremental_window(None if options.mode == "full_resync" else stored, now,
+                                    lag, plan.lookback, self.sample)
+        if window.floor is not None:  # lookback: acks below the re-read period are not needed
+            state.prune_acks(plan.name, stamp(window.floor))
+        return window
+
+    def before(self) -> Any:
+        """A resumed backfill's exclusive end, in the source's cursor type."""
+        options = self.plan.options
+        end = options.end if options.mode == "backfill" else None
+        return None if end is None else align(end, self.sample)
 
 
 def parent_window(run: dict[str, Any], before: Any) -> Window:

@@ -49,3 +49,11 @@ def prune(store: StateStore, age: timedelta | None = None,
     if deleted:
         log.info("pruned %d row error records older than %s", deleted, age)
     return deleted
+
+
+def prune_quietly(store: StateStore) -> None:
+    """`prune` after a sync, at the default age: a failure is one warning, never the sync's."""
+    try:
+        prune(store)
+    except Exception as exc:
+        log.warning("pruning row errors failed: %s", exc)

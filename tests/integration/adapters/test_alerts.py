@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from engage_sync.adapters.alert_check import check_freshness
+from engage_sync.adapters.alert_check import after_run, check_freshness
 from engage_sync.adapters.freshness_watch import FreshnessWatch
 from engage_sync.adapters.status_server import create_app
 from engage_sync.adapters.wiring import sync_file
@@ -107,6 +107,26 @@ def test_freshness_is_raised_once_by_the_watch_and_cleared_by_the_next_run(
     assert "seconds_since" in str(hook.bodies[0]["blocks"])
     sync_file(path, store=state)  # a successful run: fresh again
     assert hook.alerts() == [("freshness", "raised"), ("freshness", "cleared")]
+
+
+def test_the_alerts_after_a_run_are_evaluated_at_one_now(
+    service: Service, state: StateStore, wh: Warehouse, hook: Receiver, tmp_path: Path,
+) -> None:
+    """The freshness found and the time its alert is raised at are one reading of the clock."""
+    path = _file(wh, service, tmp_path, fresh_within="2h")
+    wh.insert("users_sync", rows(0, 100))
+    wh.engine.dispose()
+    sync_file(path, store=state)
+    later = datetime.now(UTC) + timedelta(hours=3)
+    read: list[datetime] = []
+
+    def clock() -> datetime:
+        read.append(later)
+        return later
+
+    after_run(load_integration(path), state, clock=clock)
+    assert hook.alerts() == [("freshness", "raised")]
+    assert len(read) == 1
 
 
 def test_the_status_server_watches_a_folder_whose_defaults_set_fresh_within(

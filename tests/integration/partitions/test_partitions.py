@@ -230,7 +230,8 @@ def test_a_finished_partition_run_again_sends_nothing(service: Service, tmp_path
     """A Dask worker that dies holding a finished partition's result makes the cluster run that
     partition again: it must not send its rows a second time (found with a real worker kill:
     3,465 events doubled before this rule)."""
-    from engage_sync.adapters.wiring import portable_url, run_partition
+    from engage_sync.adapters.resources import portable_url
+    from engage_sync.adapters.wiring import run_partition
     from engage_sync.partitions.coordinator import PartitionJob
 
     url = f"duckdb:///{tmp_path / 'warehouse.duckdb'}"

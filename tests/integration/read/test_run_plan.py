@@ -9,6 +9,7 @@ reads the file and prepares its own plan, whether it runs there or in a thread."
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,16 @@ from engage_sync.config.files import load_integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import ConfigError
 from engage_sync.read import plan
+from engage_sync.run import windows
 from engage_sync.state.store import StateStore
 from tests.integration.conftest import (
+    T0,
     Service,
     Warehouse,
     event_rows,
     integration_body,
     table_integration,
+    user_rows,
 )
 
 
@@ -75,6 +79,29 @@ def test_a_dry_run_resolves_them_once_too(
     outcome = sync_file(path, options=RunOptions(dry_run=True), store=state)
     assert outcome.dry_run is not None and outcome.dry_run.rows == 30
     assert calls == {"file": 1, "kind": 1, "spec": 1, "args": 1}
+
+
+@pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)
+def test_a_backfill_samples_its_cursor_type_once(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its window and its end are aligned to one sample of the cursor column
+    (`run/windows.Windows`), not one sample each."""
+    sampled: list[object] = []
+    real = windows.sample_cursor
+
+    def sample(*args: Any) -> Any:
+        sampled.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(windows, "sample_cursor", sample)
+    path = table_integration(warehouse, service, tmp_path, "attributes",
+                             user_rows(60, step=timedelta(seconds=1)))
+    options = RunOptions(mode="backfill", start=T0, end=T0 + timedelta(seconds=30))
+    record = sync_file(path, options=options, store=state).record
+    assert record is not None and record["rows_synced"] == 30, record
+    assert len(sampled) == 1
 
 
 @pytest.mark.parametrize("warehouse", ["duckdb"], indirect=True)

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import engage_sync.read.reader as reading
-from engage_sync.adapters import resources
 from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.run_options import RunOptions
+from engage_sync.deliver import key_check
 from engage_sync.errors import SourceError, SyncError
 from engage_sync.state.records import JournalEntry, Settlement
 from engage_sync.state.store import StateStore
@@ -74,7 +74,7 @@ def test_a_401_mid_run_leaves_the_refused_rows_for_the_next_run(
     path = _events(warehouse, service, tmp_path, n=300, service={"max_in_flight": 1})
     monkeypatch.setenv("ENGAGE_API_KEY", "a-rotated-key-0000")
     # rotated after the run's key check passed: refused by the run's first request
-    monkeypatch.setattr(resources, "check_key", lambda *args: None)
+    monkeypatch.setattr(key_check, "check_key", lambda *args: None)
     with pytest.raises(SyncError):
         sync_file(path, store=state)
     assert service.event_ids() == []
