@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -97,24 +97,16 @@ def empty_snapshot(layout: Layout, spec: SourceSpec, resolved: dict[str, str]
                      ).select_from(source_of(spec)).where(sa.false())
 
 
-Form = Literal["compared", "counted"]
-
-
 def pending_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
-                   on_leave: str, snapshot: sa.FromClause | None = None,
-                   form: Form = "counted") -> sa.Select[Any]:
-    """The users whose row differs from the snapshot, with their attribute digests and what
-    to send of each (see the module's invariants): `compared` all of them, `counted` those
-    with something to send; `snapshot` stands for the snapshot table (a dry run's empty one,
-    before any run)."""
+                   on_leave: str, snapshot: sa.FromClause | None = None) -> sa.Select[Any]:
+    """The users with something to send, their attribute digests and what to send of each,
+    in one select (see the module's invariants; what a dry run counts); `snapshot` stands
+    for the snapshot table (a dry run's empty one, before any run)."""
     held = snapshot if snapshot is not None else layout.snapshot()
     differ = differ_select(layout, spec, resolved, held).subquery("engage_differ")
     compared = sends_select(layout, with_values(layout, spec, resolved, differ),
-                      held.alias("engage_old"), on_leave)
-    if form == "compared":
-        return compared
-    rows = compared.subquery("engage_compared")
-    return sa.select(*rows.c).where(wanted(layout, rows.c, on_leave))
+                            held.alias("engage_old"), on_leave).subquery("engage_compared")
+    return sa.select(*compared.c).where(wanted(layout, compared.c, on_leave))
 
 
 def _model(spec: SourceSpec, resolved: dict[str, str], names: Sequence[str]

@@ -47,8 +47,7 @@ def predict(plan: RunPlan, engine: Engine) -> Prediction:
             held_table = sa.inspect(conn).has_table(layout.snapshot_name, schema=layout.schema)
             snapshot = layout.snapshot() if held_table else \
                 empty_snapshot(layout, spec, resolved).subquery("engage_none")
-            pending = pending_select(layout, spec, resolved, on_leave, snapshot,
-                                     form="counted").subquery("p")
+            pending = pending_select(layout, spec, resolved, on_leave, snapshot).subquery("p")
             points = sa.func.coalesce(sa.func.sum(sum(
                 (sa.case((pending.c[a.send], 1), else_=0) for a in layout.attributes),
                 sa.literal(0))), 0)

@@ -91,13 +91,19 @@ def test_volume_and_failed_alerts_are_raised_once_and_cleared_once(
     _no_secret_anywhere(hook, state, caplog.text)
 
 
-def test_freshness_is_raised_once_by_the_watch_and_cleared_by_the_next_run(
-    service: Service, state: StateStore, wh: Warehouse, hook: Receiver, tmp_path: Path,
-) -> None:
+def _synced_once(wh: Warehouse, service: Service, state: StateStore, tmp_path: Path) -> Path:
+    """A file that wants its rows within 2 h, run once over 100 rows."""
     path = _file(wh, service, tmp_path, fresh_within="2h")
     wh.insert("users_sync", rows(0, 100))
     wh.engine.dispose()
     sync_file(path, store=state)
+    return path
+
+
+def test_freshness_is_raised_once_by_the_watch_and_cleared_by_the_next_run(
+    service: Service, state: StateStore, wh: Warehouse, hook: Receiver, tmp_path: Path,
+) -> None:
+    path = _synced_once(wh, service, state, tmp_path)
     later = datetime.now(UTC) + timedelta(hours=3)
     watch = FreshnessWatch(state, tmp_path, every=60, clock=lambda: later)
     for _ in range(3):  # looked at three times: raised once
@@ -113,10 +119,7 @@ def test_the_alerts_after_a_run_are_evaluated_at_one_now(
     service: Service, state: StateStore, wh: Warehouse, hook: Receiver, tmp_path: Path,
 ) -> None:
     """The freshness found and the time its alert is raised at are one reading of the clock."""
-    path = _file(wh, service, tmp_path, fresh_within="2h")
-    wh.insert("users_sync", rows(0, 100))
-    wh.engine.dispose()
-    sync_file(path, store=state)
+    path = _synced_once(wh, service, state, tmp_path)
     later = datetime.now(UTC) + timedelta(hours=3)
     read: list[datetime] = []
 
