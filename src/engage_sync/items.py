@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, TypeVar, dataclass_transform
 
+import orjson
+
 _T = TypeVar("_T")
+
+
+def json_blob(obj: Any) -> bytes:
+    """`obj` as compact JSON, in a bytes object of its own size: orjson's result keeps the
+    oversized buffer it wrote into, and the thousands of items a run holds in flight would
+    each carry one (and fragment the heap, which slows every allocation after). Raises
+    orjson.JSONEncodeError (a TypeError) for a value JSON cannot hold."""
+    return bytes(memoryview(orjson.dumps(obj)))
 
 
 @dataclass_transform(frozen_default=True)

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ from engage_sync.state.store import StateStore
 
 DEFAULT_STATE_URL = "sqlite:///.engage-sync/state.db"
 DUCKDB_MEMORY_LIMIT = "128MB"  # override with ?memory_limit=... in the warehouse URL
+DUCKDB_SNAPSHOT_MEMORY_LIMIT = "96MB"
+"""A snapshot run's (`changes: snapshot`): its comparison, its read and its advance each fill
+DuckDB's limit, on top of a process that holds the reader's libraries; a smaller one keeps
+the run's peak low at little cost in speed (benchmarks/README.md, snapshot rows)."""
 
 SecretBlocks = Callable[[str, str], str]
 """(integration, block name) → the value of that Prefect Secret block; given only by the
@@ -94,7 +99,9 @@ def warehouse_engine(plan: RunPlan, read_only: bool = False) -> sa.Engine:
             # its first batch; a memory limit makes it spill to disk instead, which keeps
             # the sync's memory flat with the row count.
             # SET (not connect-time config) so other connections to the file stay compatible.
-            sa.event.listen(engine, "connect", _limit_duckdb_memory)
+            limit = (DUCKDB_SNAPSHOT_MEMORY_LIMIT if integration.changes == "snapshot"
+                     else DUCKDB_MEMORY_LIMIT)
+            sa.event.listen(engine, "connect", partial(_limit_duckdb_memory, limit))
         if engine.dialect.name == "sqlite":  # digests of payload key columns (key_digest)
             sa.event.listen(engine, "connect", key_digest.sqlite_md5)
         return engine
@@ -129,8 +136,8 @@ def writeback_engine(integration: Integration, source: bool = False) -> Iterator
         duckdb_turns.release(engine)
 
 
-def _limit_duckdb_memory(dbapi_conn: Any, _record: Any) -> None:
-    dbapi_conn.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
+def _limit_duckdb_memory(limit: str, dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute(f"SET memory_limit = '{limit}'")
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ import orjson
 from engage_sync.diff.field_diff import diff, diff_stored, identifier_of, whole_encoded
 from engage_sync.diff.helper import FieldHelper, shareable_url, sqlite_file
 from engage_sync.diff.logged_users import KeyFilter
-from engage_sync.items import UNCHANGED, Item, RowOutcome
+from engage_sync.items import UNCHANGED, Item, RowOutcome, json_blob
 from engage_sync.state.field_codec import Digests, decode, encode, merged, user_key
 from engage_sync.state.fields import FRESH, MERGE
 from engage_sync.state.store import StateStore
@@ -206,7 +206,7 @@ class Differ:
                 self.unchanged += 1
                 outcomes[k] = UNCHANGED
                 continue
-            sent = item.blob if change.whole else orjson.dumps(change.obj)
+            sent = item.blob if change.whole else json_blob(change.obj)
             fresh = FRESH if last is None else MERGE
             outcomes[k] = Item(item.seq, item.key, user, item.array, sent, item.group,
                                change.sent, fresh + encode(change.delta))

@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
 from engage_sync import validate as v
 from engage_sync.config.sections import UserColumns
 from engage_sync.errors import SourceError
-from engage_sync.items import Item, Reject, TransformResult, render_key
+from engage_sync.items import Item, Reject, TransformResult, json_blob, render_key
 
 
 class Rows:
@@ -126,7 +125,7 @@ class Outcomes:
 
     def item(self, i: int, user: str, array: str, obj: Any,
              group: tuple[str, ...] = ()) -> None:
-        blob = orjson.dumps(obj)
+        blob = json_blob(obj)
         self.items.append(Item(self.first_seq + i, self.keys[i], user, array, blob, group))
 
     def result(self) -> TransformResult:

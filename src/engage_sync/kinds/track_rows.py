@@ -14,7 +14,15 @@ import orjson
 
 from engage_sync import validate as v
 from engage_sync.config.integration import Integration
-from engage_sync.items import KEY_PART_MAX, Item, Reject, TransformResult, digest_part, key_part
+from engage_sync.items import (
+    KEY_PART_MAX,
+    Item,
+    Reject,
+    TransformResult,
+    digest_part,
+    json_blob,
+    key_part,
+)
 from engage_sync.kinds.arrow_values import Columns
 
 # A row's user reference: (field of the object, its JSON value, canonical user string).
@@ -123,10 +131,7 @@ class Sink:
 
     def item(self, i: int, user: str, obj: dict[str, Any]) -> None:
         try:
-            # Copied to an exact-size object: orjson's result keeps its oversized first
-            # allocation, and 100,000 of those alive at once fragment the heap, which slows
-            # every allocation.
-            blob = bytes(memoryview(orjson.dumps(obj)))
+            blob = json_blob(obj)
         except (orjson.JSONEncodeError, TypeError):
             self.reject(i, "the object cannot be written as JSON (a value of unsupported type)")
             return

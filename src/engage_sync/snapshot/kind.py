@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from engage_sync.config.integration import Integration
 from engage_sync.diff.field_diff import identifier_of
-from engage_sync.items import Item, TransformResult
+from engage_sync.items import Item, TransformResult, json_blob
 from engage_sync.kinds import Kind
 from engage_sync.kinds.identity import DELETE_LISTS, delete_packer
 from engage_sync.kinds.track import attribute_columns, packer, user_column
@@ -59,7 +59,7 @@ def _deleted(item: Item) -> Item:
     """A leaver's item as one identifier to delete (no data point)."""
     kind = identifier_of(item.user)
     value = orjson.loads(item.blob)[kind]
-    return Item(item.seq, item.key, item.user, DELETE_LISTS[kind], orjson.dumps(value))
+    return Item(item.seq, item.key, item.user, DELETE_LISTS[kind], json_blob(value))
 
 
 class Routed:
@@ -89,5 +89,5 @@ def _reduced(item: Item, sent: list[str], names: list[str]) -> Item:
     keep = set(sent)
     every = set(names)
     obj = {k: v for k, v in orjson.loads(item.blob).items() if k not in every or k in keep}
-    return Item(item.seq, item.key, item.user, item.array, orjson.dumps(obj), item.group,
+    return Item(item.seq, item.key, item.user, item.array, json_blob(obj), item.group,
                 len(sent))

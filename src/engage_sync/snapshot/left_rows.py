@@ -16,30 +16,24 @@ from sqlalchemy.engine import Engine
 
 from engage_sync.config.integration import Integration
 from engage_sync.snapshot import leavers as lv
-from engage_sync.snapshot.advance import RANGES_A_STATEMENT
+from engage_sync.snapshot.advance import RANGES_A_STATEMENT, acked_pairs, acked_where
 from engage_sync.snapshot.layout import CHANGE, LEFT, SEQ, Layout
 from engage_sync.state.leave_checks import record_leavers
-from engage_sync.state.snapshot_marks import acknowledged
 from engage_sync.state.store import StateStore
 
 
 def acked_leavers(state: StateStore, engine: Engine, layout: Layout, run_id: str
                   ) -> pa.Table:
     """The numbers and identifiers of the run's acknowledged leavers, in order."""
-    ranges, rejected = acknowledged(state.engine, run_id)
-    pairs = [(s[0] if s else None, e[0]) for s, e in zip(ranges.starts, ranges.ends,
-                                                          strict=True)]
-    skipped = sorted({p[0] for p in rejected})
+    pairs, skipped = acked_pairs(state, run_id)
     p = layout.pending()
     seq = p.c[SEQ]
     found: list[Any] = []
     with engine.connect() as conn:
         for k in range(0, len(pairs), RANGES_A_STATEMENT):
-            acked = sa.or_(*(sa.and_(seq <= hi, *([seq > lo] if lo is not None else []))
-                             for lo, hi in pairs[k:k + RANGES_A_STATEMENT]))
+            acked = acked_where(seq, pairs[k:k + RANGES_A_STATEMENT], skipped)
             found += conn.execute(sa.select(seq, *(p.c[c] for c in layout.ids)).where(
-                acked, p.c[CHANGE] == LEFT, *([seq.not_in(skipped)] if skipped else []))
-                .order_by(seq)).all()
+                acked, p.c[CHANGE] == LEFT).order_by(seq)).all()
     names = [SEQ, *layout.ids]
     return pa.table({n: pa.array([r[i] for r in found]) for i, n in enumerate(names)})
 

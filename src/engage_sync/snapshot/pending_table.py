@@ -25,6 +25,7 @@ import math
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from engage_sync.read.duckdb_memory import give_back
 from engage_sync.read.source_spec import SourceSpec
 from engage_sync.snapshot.compare import (
     CreateTableAs,
@@ -63,6 +64,7 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
             seq.label(SEQ), *compared.c).where(wanted(layout, compared.c, on_leave))))
     for table in work:
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
+    give_back(conn)
 
 
 def _compare(conn: Connection, layout: Layout, valued: sa.TableClause,

@@ -14,6 +14,7 @@ from engage_sync.adapters.wiring import sync_file
 from engage_sync.config.files import load_integration
 from engage_sync.config.run_options import RunOptions
 from engage_sync.errors import ConfigError, RunRefused
+from engage_sync.snapshot import advance
 from engage_sync.snapshot.layout import layout_of
 from engage_sync.state.store import StateStore
 from engage_sync.status.record import page
@@ -269,3 +270,33 @@ def test_a_row_without_an_identifier_is_reported_each_run_and_the_others_sent(
         record = _run(path, state)
         assert record["rows_failed_with_errors"] == 1, record
     assert _objects(service) == USERS
+
+
+def test_the_snapshot_moves_on_in_bounded_transactions_and_ends_whole(
+    warehouse: Warehouse, service: Service, state: StateStore, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cut into transactions of 777 pending rows, the advance leaves the same snapshot: every
+    user once, the changed ones moved on, the leavers gone; nothing is compared again."""
+    groups: list[int] = []
+    apply = advance._apply
+
+    def counted(conn: sa.Connection, layout: Any, pairs: Any, skipped: Any) -> int:
+        groups.append(sum(hi - (lo or 0) for lo, hi in pairs))
+        return apply(conn, layout, pairs, skipped)
+
+    monkeypatch.setattr(advance, "ROWS_A_TRANSACTION", 777)
+    monkeypatch.setattr(advance, "_apply", counted)
+    path = _model(warehouse, service, tmp_path, on_leave="clear", max_leaves="20%")
+    _run(path, state)
+    assert len(groups) == 7 and max(groups) == 777 and sum(groups) == USERS
+    warehouse.execute("UPDATE model SET plan = 'gold' WHERE score < 1000")
+    warehouse.execute("DELETE FROM model WHERE score >= 4700")
+    before = _points(service)
+    moved = _run(path, state)
+    assert moved["rows_left"] == 300 and _points(service) == before + 1000 + 300 * 4
+    assert _run(path, state)["rows_read"] == 0
+    snapshot = layout_of(load_integration(path)).snapshot_name
+    with warehouse.engine.connect() as conn:
+        held = conn.execute(sa.text(f"SELECT count(*), count(DISTINCT user_id) FROM {snapshot}"))
+        assert held.one() == (4700, 4700)
