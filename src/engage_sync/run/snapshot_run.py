@@ -26,6 +26,7 @@ from engage_sync.config.snapshot import leave_cap
 from engage_sync.cursor.progress import Cursor
 from engage_sync.cursor.window import Window
 from engage_sync.errors import ConfigError, RunRefused, SourceError
+from engage_sync.read.duckdb_memory import give_back
 from engage_sync.read.extract import connected, first_line
 from engage_sync.read.plan import RunPlan, source_spec
 from engage_sync.run.loop import Deps, Run
@@ -126,6 +127,7 @@ class SnapshotRun(Run):
                 compare.ensure_snapshot(conn, self.layout, spec, resolved)
                 pending_table.make_pending(conn, self.layout, spec, resolved, self.model.on_leave)
                 conn.commit()
+                give_back(conn)  # what the comparison's joins left, before the run reads
             except sa.exc.SQLAlchemyError as exc:
                 raise self._failed("comparing the model with its snapshot", exc) from exc
 

@@ -7,8 +7,10 @@ twice gives the same snapshot (each user's row is deleted, then inserted from it
 row, in one transaction); a pending row not acknowledged (failed, in doubt, never sent) leaves
 its user's snapshot row as it was, so the next run compares it again and sends it. The
 acknowledged rows are applied in transactions of at most `ROWS_A_TRANSACTION` pending rows,
-so that a warehouse's transaction stays of bounded size whatever the run, and a failure partway
-keeps the parts already committed: the next run sends only the rest.
+each followed on DuckDB by a checkpoint (`read.duckdb_memory.give_back`): DuckDB holds what
+committed transactions changed in memory until a checkpoint writes it out, and the advance of
+a large change in one go outgrew its memory limit. A failure partway keeps the parts already
+committed: the next run sends only the rest.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from engage_sync.state.store import StateStore
 log = logging.getLogger(__name__)
 
 RANGES_A_STATEMENT = 200  # OR-ed ranges per statement: a run with many failures splits them
-ROWS_A_TRANSACTION = 1_000_000  # each transaction scans the snapshot once: not too few
+ROWS_A_TRANSACTION = 50_000
 
 Pair = tuple[int | None, int]
 """An acknowledged range of pending numbers: (after, up to and including]; None: from the

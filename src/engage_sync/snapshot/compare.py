@@ -27,6 +27,7 @@ depend on its hash functions (a row digest that changed with them costs time onl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -138,24 +139,53 @@ def differ_select(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
 
 
 def with_values(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
-                 differ: sa.FromClause) -> sa.Subquery:
+                differ: sa.FromClause, part: Part = None) -> sa.Subquery:
     """The differing users with their values: the model read again, joined on identifier and
     row digest (a user the model returns twice keeps each row's own values), and the rows
-    without an identifier, new each time (the run reports them)."""
+    without an identifier, new each time (the run reports them). `part` (k, n): only the
+    users whose first identifier hashes to k of n on both sides, the rows without an
+    identifier with part 0."""
     src, cols = _model(spec, resolved, [*layout.ids, *(a.column for a in layout.attributes)])
     ids, values = cols[:len(layout.ids)], cols[len(layout.ids):]
     row = row_digest(_kept_as(layout), *values).label(ROW)
     now = sa.select(*(i.label(c) for i, c in zip(ids, layout.ids, strict=True)),
                     *(v.label(a.column) for v, a in zip(values, layout.attributes, strict=True)),
                     row).select_from(src).subquery("engage_now")
-    same = [*(differ.c[c] == now.c[c] for c in layout.ids), differ.c[ROW] == now.c[ROW]]
-    known = sa.select(differ.c[CHANGE], *(differ.c[c] for c in layout.ids),
-                      *(now.c[a.column] for a in layout.attributes), differ.c[ROW]
-                      ).select_from(differ.join(now, sa.and_(*same), isouter=True))
+    ours, mine = now, differ
+    if part is not None:
+        ours = sa.select(now).where(in_part(now.c[layout.ids[0]], part)).subquery("engage_part")
+        mine = sa.select(differ).where(in_part(differ.c[layout.ids[0]], part)
+                                       ).subquery("engage_dpart")
+    same = [*(mine.c[c] == ours.c[c] for c in layout.ids), mine.c[ROW] == ours.c[ROW]]
+    known = sa.select(mine.c[CHANGE], *(mine.c[c] for c in layout.ids),
+                      *(ours.c[a.column] for a in layout.attributes), mine.c[ROW]
+                      ).select_from(mine.join(ours, sa.and_(*same), isouter=True))
+    if part is not None and part[0] != 0:
+        return known.subquery("engage_valued")
     unkeyed = sa.select(sa.literal(NEW).label(CHANGE), *(now.c[c] for c in layout.ids),
                         *(now.c[a.column] for a in layout.attributes), now.c[ROW]
                         ).where(sa.or_(*(now.c[c].is_(None) for c in layout.ids)))
     return sa.union_all(known, unkeyed).subquery("engage_valued")
+
+
+SLICE_USERS = 1_000_000
+"""Users a join or a grouping of users runs over at once on DuckDB, at most (`parts`)."""
+
+Part = tuple[int, int] | None
+"""(k, n): the users whose first identifier hashes to k of n; None: every user."""
+
+
+def parts(conn: Connection, users: int) -> list[Part]:
+    """The slices a statement over `users` users runs in: on DuckDB, n slices of at most
+    `SLICE_USERS` users each; elsewhere (or when they fit one) one, unsliced."""
+    n = math.ceil(users / SLICE_USERS) if conn.dialect.name == "duckdb" else 1
+    return [(k, n) for k in range(n)] if n > 1 else [None]
+
+
+def in_part(column: sa.ColumnElement[Any], part: tuple[int, int]) -> sa.ColumnElement[bool]:
+    """The rows whose `column` hashes to part k of n (DuckDB's `hash`)."""
+    k, n = part
+    return sa.func.hash(column) % n == k
 
 
 def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:
@@ -216,9 +246,12 @@ def pending_counts(conn: Connection, layout: Layout) -> PendingCounts:
         sa.select(p.c[CHANGE], sa.func.count()).group_by(p.c[CHANGE]))}
     held = int(conn.execute(sa.select(sa.func.count()).select_from(s)).scalar_one())
     ids = [p.c[c] for c in layout.ids]
-    twice = sa.select(*ids).where(*(i.is_not(None) for i in ids)).group_by(*ids).having(
-        sa.func.count() > 1).subquery("engage_twice")
-    repeated = int(conn.execute(sa.select(sa.func.count()).select_from(twice)).scalar_one())
+    repeated = 0
+    for part in parts(conn, sum(by.values())):  # a first run's users do not fit DuckDB's memory
+        twice = sa.select(*ids).where(*(i.is_not(None) for i in ids), *(
+            [in_part(ids[0], part)] if part else [])).group_by(*ids).having(
+            sa.func.count() > 1).subquery("engage_twice")
+        repeated += int(conn.execute(sa.select(sa.func.count()).select_from(twice)).scalar_one())
     return PendingCounts(by.get(NEW, 0), by.get(CHANGED, 0), by.get(LEFT, 0), held, repeated)
 
 

@@ -6,9 +6,10 @@ Invariants:
   whose row digest differs; their values; what to send of each): when every user differs (a
   first run, a snapshot digested otherwise), joins of the whole model in one statement hold
   their hash tables at once, beyond DuckDB's memory limit;
-- on DuckDB the join with the snapshot's attribute digests runs in slices of at most
-  `SLICE_USERS` users (by the hash of the first identifier, on both sides): two sides of
-  every user, a dozen columns wide, do not fit its memory limit even spilled;
+- on DuckDB the joins of the differing users (with the model, for their values; with the
+  snapshot, for its attribute digests) run in slices of at most `compare.SLICE_USERS` users
+  (by the hash of the first identifier, on both sides): on a first run every user differs,
+  and two sides of every user do not fit its memory limit even spilled;
 - on DuckDB the pending rows are numbered as its scan reads them (a streaming window: its
   ordered window over a whole first run cannot spill, and its sort of every user's values
   does not fit its memory limit either), the leavers after every other user; elsewhere the
@@ -20,24 +21,24 @@ Invariants:
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from engage_sync.read.duckdb_memory import give_back
 from engage_sync.read.source_spec import SourceSpec
+from engage_sync.snapshot import compare
 from engage_sync.snapshot.compare import (
     CreateTableAs,
+    Part,
     differ_select,
+    in_part,
     order,
     sends_select,
     wanted,
     with_values,
 )
 from engage_sync.snapshot.layout import CHANGE, CHANGED, LEFT, ROW, SEQ, Layout
-
-SLICE_USERS = 1_000_000
 
 
 def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: dict[str, str],
@@ -52,9 +53,12 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
     conn.execute(CreateTableAs(_name(conn, layout, differing),
                                differ_select(layout, spec, resolved, layout.snapshot())))
-    values = with_values(layout, spec, resolved, differing)
-    conn.execute(CreateTableAs(_name(conn, layout, valued), sa.select(*values.c)))
-    _compare(conn, layout, valued, compared, on_leave)
+    users = conn.execute(sa.select(sa.func.count()).select_from(differing)).scalar_one()
+    parts = compare.parts(conn, users)
+    for part in parts:
+        values = with_values(layout, spec, resolved, differing, part)
+        _write(conn, layout, valued, sa.select(*values.c), first=part in (None, (0, len(parts))))
+    _compare(conn, layout, valued, compared, on_leave, parts)
     _refresh_row_digests(conn, layout, compared, on_leave)
     if conn.dialect.name == "duckdb":
         _number_as_scanned(conn, layout, compared, pending, on_leave)
@@ -64,29 +68,32 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
             seq.label(SEQ), *compared.c).where(wanted(layout, compared.c, on_leave))))
     for table in work:
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {_name(conn, layout, table)}")
-    give_back(conn)
+
+
+def _write(conn: Connection, layout: Layout, table: sa.TableClause, select: sa.Select[Any],
+           first: bool) -> None:
+    """`select`'s rows into the work table: made by the first slice, added to by the others."""
+    if first:
+        conn.execute(CreateTableAs(_name(conn, layout, table), select))
+    else:
+        conn.execute(table.insert().from_select(list(table.c.keys()), select))
 
 
 def _compare(conn: Connection, layout: Layout, valued: sa.TableClause,
-             compared: sa.TableClause, on_leave: str) -> None:
-    """The differing users with what to send of each, written to `compared` (in slices on
-    DuckDB, see the module's invariants)."""
+             compared: sa.TableClause, on_leave: str,
+             parts: list[Part]) -> None:
+    """The differing users with what to send of each, written to `compared`, slice by slice
+    (see the module's invariants)."""
     held, first = layout.snapshot(), layout.ids[0]
-    users = conn.execute(sa.select(sa.func.count()).select_from(valued)).scalar_one()
-    slices = max(1, math.ceil(users / SLICE_USERS)) if conn.dialect.name == "duckdb" else 1
-    for k in range(slices):
+    for part in parts:
         rows: sa.FromClause = valued
         old: sa.FromClause = held.alias("engage_old")
-        if slices > 1:
-            rows = sa.select(valued).where(sa.func.hash(valued.c[first]) % slices == k
+        if part is not None:
+            rows = sa.select(valued).where(in_part(valued.c[first], part)
                                            ).subquery("engage_slice")
-            old = sa.select(held).where(sa.func.hash(held.c[first]) % slices == k
-                                        ).subquery("engage_old")
-        select = sends_select(layout, rows, old, on_leave)
-        if k == 0:
-            conn.execute(CreateTableAs(_name(conn, layout, compared), select))
-        else:
-            conn.execute(compared.insert().from_select(list(compared.c.keys()), select))
+            old = sa.select(held).where(in_part(held.c[first], part)).subquery("engage_old")
+        _write(conn, layout, compared, sends_select(layout, rows, old, on_leave),
+               first=part in (None, (0, len(parts))))
 
 
 def _number_as_scanned(conn: Connection, layout: Layout, compared: sa.TableClause,

@@ -71,3 +71,19 @@ def test_give_back_does_nothing_elsewhere_than_duckdb() -> None:
     with engine.connect() as conn:
         give_back(conn)
         assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+
+
+def test_give_back_checkpoints_what_committed_transactions_changed(tmp_path: Path) -> None:
+    """DuckDB holds committed changes in memory until a checkpoint writes them to the file (its
+    write-ahead log holds them meanwhile): give_back leaves the log empty."""
+    path = tmp_path / "w.duckdb"
+    engine = sa.create_engine(f"duckdb:///{path}")
+    wal = Path(f"{path}.wal")
+    with engine.connect() as conn:
+        with conn.begin():
+            conn.exec_driver_sql("CREATE TABLE t AS SELECT i, 'v' || i AS s FROM range(50000) t(i)")
+        assert wal.exists() and wal.stat().st_size > 0
+        give_back(conn)
+        assert not wal.exists() or wal.stat().st_size == 0
+        assert conn.exec_driver_sql("SELECT count(*) FROM t").scalar() == 50000
+    engine.dispose()

@@ -24,13 +24,15 @@ MODEL: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("slice_users", [pending_table.SLICE_USERS, 128], ids=["whole", "sliced"])
+@pytest.mark.parametrize("slice_users", [compare.SLICE_USERS, 128], ids=["whole", "sliced"])
 def test_duckdbs_numbering_as_scanned_holds_the_windows_users(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_users: int
 ) -> None:
-    """Also with the comparison in slices (9 of 1,100 users; the snapshot is sliced the same
-    way, so a changed user finds its digests and a leaver its row)."""
-    monkeypatch.setattr(pending_table, "SLICE_USERS", slice_users)
+    """Also with the comparison in slices (the users whose row digest differs read again with
+    their values, then compared with the snapshot's digests, each in 9 slices of the 1,100
+    rows: both sides sliced the same way, so a changed user finds its values and digests and
+    a leaver its row; the row without an identifier comes through once)."""
+    monkeypatch.setattr(compare, "SLICE_USERS", slice_users)
     engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
     integration = parse_integration(
         {**MODEL, "warehouse": {"url": str(engine.url)}}, file="people.yaml")
@@ -40,7 +42,7 @@ def test_duckdbs_numbering_as_scanned_holds_the_windows_users(
         conn.exec_driver_sql(
             "CREATE TABLE m AS SELECT 'u' || lpad(CAST((i * 7919) % 1000 AS VARCHAR), 4, '0') "
             "AS ID, 'p' || (i % 3) AS PLAN, CASE WHEN i % 5 = 0 THEN NULL ELSE 'c' || i END "
-            "AS CITY FROM range(1000) t(i)")
+            "AS CITY FROM range(1000) t(i) UNION ALL SELECT NULL, 'p9', 'c9'")  # no identifier
         resolved = resolve_columns(conn, spec)
         compare.ensure_snapshot(conn, layout, spec, resolved)
         snapshot = layout.quoted(conn.dialect, layout.snapshot_name)
@@ -57,5 +59,27 @@ def test_duckdbs_numbering_as_scanned_holds_the_windows_users(
         numbered = conn.execute(sa.select(*window.c).order_by(window.c[SEQ])).all()
     assert sorted(map(repr, (r[1:] for r in written))) == sorted(  # what to send too
         map(repr, (r[1:] for r in numbered)))
-    assert [r[0] for r in written] == list(range(1, 1101))  # 1,000 users, 100 leavers
+    assert [r[0] for r in written] == list(range(1, 1102))  # 1,001 rows, 100 leavers
+    assert sum(r[2] is None for r in written) == 1
     assert {r[1] for r in written[-100:]} == {LEFT}
+
+
+@pytest.mark.parametrize("slice_users", [compare.SLICE_USERS, 16], ids=["whole", "sliced"])
+def test_users_the_model_returns_twice_are_counted_in_slices_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_users: int
+) -> None:
+    monkeypatch.setattr(compare, "SLICE_USERS", slice_users)
+    engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    integration = parse_integration(
+        {**MODEL, "warehouse": {"url": str(engine.url)}}, file="people.yaml")
+    layout = layout_of(integration)
+    spec = source_spec(integration, kinds.kind_of(integration))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE m AS SELECT 'u' || i AS ID, 'p' AS PLAN, 'c' AS CITY FROM range(200) "
+            "t(i) UNION ALL SELECT 'u' || i, 'q', 'c' FROM range(2) t(i)")
+        resolved = resolve_columns(conn, spec)
+        compare.ensure_snapshot(conn, layout, spec, resolved)
+        pending_table.make_pending(conn, layout, spec, resolved, "clear")
+        counts = compare.pending_counts(conn, layout)
+    assert (counts.new, counts.repeated) == (202, 2)
