@@ -96,19 +96,26 @@ def elsewhere(table: str, user: list[sa.ColumnElement[Any]], _cursor: sa.ColumnE
 
 
 def slices(conn: Connection, table: str, plain: sa.Select[Any], whole: sa.Select[Any],
-           sliced: sa.Select[Any], cursor: str, user: Sequence[str],
+           sliced: sa.Select[Any], cursor: str, user: Sequence[str], counted: Sequence[str],
            slice_rows: int | None = None) -> Generator[sa.Select[Any]]:
-    """The queries of the window's slices, in order: `whole` (LATER_ROWS over the whole
-    window) when it is read as one query (`duckdb_slices.plan`), else `sliced` (LATER_ROWS
-    with `beyond` over `table`) restricted to each slice, with `table` built from `plain` (the
-    window without LATER_ROWS; selects `cursor` and the `user` columns) while they are read."""
+    """The queries of the window's slices, in order: `whole` (the `counted` columns over the
+    whole window) when it is read as one query (`duckdb_slices.plan`), else `sliced` (with
+    `beyond`, or `before` and `elsewhere`, over `table`) restricted to each slice, with
+    `table` built from `plain` (the window without the counted columns; selects `cursor` and
+    the `user` columns) while they are read. When no user has more than one row in the
+    window (`table` is empty), every count is 0: the slices read `plain` with zeros instead,
+    without the window function and the lookups."""
     bounds = duckdb_slices.plan(conn, plain, cursor, slice_rows)
     if bounds is None:
         yield whole
         return
     _build(conn, table, plain, cursor, user)
     try:
-        yield from duckdb_slices.sliced(sliced, cursor, bounds)
+        if conn.exec_driver_sql(f"SELECT count(*) FROM {table}").all()[0][0]:
+            yield from duckdb_slices.sliced(sliced, cursor, bounds)
+        else:
+            zeros = (sa.cast(sa.literal(0), sa.BigInteger).label(c) for c in counted)
+            yield from duckdb_slices.sliced(plain.add_columns(*zeros), cursor, bounds)
     finally:
         # the read's rollback would drop it too: a failure here must not hide the read's own
         with contextlib.suppress(Exception):

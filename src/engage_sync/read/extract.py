@@ -245,7 +245,7 @@ def _duckdb_parts(conn: Connection, spec: SourceSpec, resolved: dict[str, str],
             sliced = build_query(spec, resolved, window,
                                  beyond=partial(duckdb_later.beyond, table))
         return duckdb_later.slices(conn, table, plain, query, sliced, spec.cursor_column,
-                                   spec.superseded_by)
+                                   spec.superseded_by, spec.counted)
     return duckdb_slices.slices(conn, query, spec.cursor_column, whole=spec.read_whole)
 
 

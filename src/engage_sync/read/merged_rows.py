@@ -78,8 +78,10 @@ class MergedRows:
     def apply(self, outcomes: list[RowOutcome], batch: pa.RecordBatch) -> tuple[int, int]:
         """Merge into the batch's carriers, pass their users' later rows; (rows passed, points
         saved)."""
-        earlier = batch.column(EARLIER_ROWS).to_pylist()
         others = batch.column(OTHER_ROWS).to_pylist()
+        if not any(others):  # no user of the batch has another row: nothing to merge or pass
+            return 0, 0
+        earlier = batch.column(EARLIER_ROWS).to_pylist()
         users: list[User] = list(zip(*(batch.column(c).to_pylist()
                                        for c in self.spec.superseded_by), strict=True))
         carriers: list[int] = []

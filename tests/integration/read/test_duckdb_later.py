@@ -142,3 +142,33 @@ def test_a_small_window_is_one_query_without_the_table(queries: list[int],
     monkeypatch.setattr(duckdb_later, "_build", lambda *a: built.append(1))
     rows = list(stream_batches(engine, SPEC, WINDOWS["everything"], 16))
     assert sum(b.num_rows for b in rows) == 30 and len(queries) == 1 and built == []
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["later rows", "merged rows"])
+def test_a_window_whose_users_have_one_row_each_reads_zeros_without_counting(
+    queries: list[int], merged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No user with a second row in the window: its table is empty, and the slices read the
+    window with every count 0, the same rows as the whole window counted, without a window
+    function or a lookup in the table."""
+    engine = _engine()
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            'CREATE TABLE src AS SELECT TIMESTAMP \'2026-05-01 12:00:00\' + to_seconds(i % 60) '
+            'AS "UPDATED_AT", \'k\' || lpad(i::VARCHAR, 5, \'0\') AS "KEY", \'u\' || i AS "USER", '
+            '\'p\' || i AS "PAYLOAD", NULL::VARCHAR AS "REGION" FROM range(300) t(i)')
+    spec = replace(SPEC, merged=merged)
+    read: list[str] = []
+    batches = extract._duckdb_batches
+    monkeypatch.setattr(extract, "_duckdb_batches",
+                        lambda conn, part, n: (read.append(str(part)), batches(conn, part, n))[1])
+    window = WINDOWS["everything"]
+    rows = [tuple(row.values()) for batch in stream_batches(engine, spec, window, 16)
+            for row in batch.to_pylist()]
+    counted = 2 if merged else 1
+    assert len(queries) > 3 and len(rows) == 300
+    assert {r[-counted:] for r in rows} == {(0,) * counted}
+    with engine.connect() as conn:
+        query = extract.build_query(spec, extract.resolve_columns(conn, spec), window)
+        assert rows == [tuple(r) for r in conn.execute(query)]
+    assert len(read) > 3 and not any(" OVER " in s or "engage_later_users" in s for s in read)
