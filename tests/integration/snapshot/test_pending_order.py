@@ -14,14 +14,23 @@ from engage_sync import kinds
 from engage_sync.config.files import parse_integration
 from engage_sync.read.extract import resolve_columns
 from engage_sync.read.plan import source_spec
+from engage_sync.read.source_spec import SourceSpec
 from engage_sync.snapshot import compare, pending_table
-from engage_sync.snapshot.layout import LEFT, SEQ, layout_of
+from engage_sync.snapshot.layout import LEFT, SEQ, Layout, layout_of
 
 MODEL: dict[str, Any] = {
     "kind": "attributes", "changes": "snapshot", "on_leave": "clear", "source": {"table": "m"},
     "mapping": {"identifier": {"external_id": "ID"},
                 "attributes": {"PLAN": "plan", "CITY": "city"}},
 }
+
+
+def _people(tmp_path: Path) -> tuple[sa.Engine, Layout, SourceSpec]:
+    """A DuckDB file, and the layout and source spec of MODEL's integration on it."""
+    engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    integration = parse_integration(
+        {**MODEL, "warehouse": {"url": str(engine.url)}}, file="people.yaml")
+    return engine, layout_of(integration), source_spec(integration, kinds.kind_of(integration))
 
 
 @pytest.mark.parametrize("slice_users", [compare.SLICE_USERS, 128], ids=["whole", "sliced"])
@@ -33,11 +42,7 @@ def test_duckdbs_numbering_as_scanned_holds_the_windows_users(
     rows: both sides sliced the same way, so a changed user finds its values and digests and
     a leaver its row; the row without an identifier comes through once)."""
     monkeypatch.setattr(compare, "SLICE_USERS", slice_users)
-    engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
-    integration = parse_integration(
-        {**MODEL, "warehouse": {"url": str(engine.url)}}, file="people.yaml")
-    layout = layout_of(integration)
-    spec = source_spec(integration, kinds.kind_of(integration))
+    engine, layout, spec = _people(tmp_path)
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "CREATE TABLE m AS SELECT 'u' || lpad(CAST((i * 7919) % 1000 AS VARCHAR), 4, '0') "
@@ -69,11 +74,7 @@ def test_users_the_model_returns_twice_are_counted_in_slices_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_users: int
 ) -> None:
     monkeypatch.setattr(compare, "SLICE_USERS", slice_users)
-    engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
-    integration = parse_integration(
-        {**MODEL, "warehouse": {"url": str(engine.url)}}, file="people.yaml")
-    layout = layout_of(integration)
-    spec = source_spec(integration, kinds.kind_of(integration))
+    engine, layout, spec = _people(tmp_path)
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "CREATE TABLE m AS SELECT 'u' || i AS ID, 'p' AS PLAN, 'c' AS CITY FROM range(200) "
