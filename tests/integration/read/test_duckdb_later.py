@@ -160,8 +160,12 @@ def test_a_window_whose_users_have_one_row_each_reads_zeros_without_counting(
     spec = replace(SPEC, merged=merged)
     read: list[str] = []
     batches = extract._duckdb_batches
-    monkeypatch.setattr(extract, "_duckdb_batches",
-                        lambda conn, part, n: (read.append(str(part)), batches(conn, part, n))[1])
+
+    def recorded(conn: Any, part: sa.Select[Any], n: int) -> Any:
+        read.append(str(part))
+        return batches(conn, part, n)
+
+    monkeypatch.setattr(extract, "_duckdb_batches", recorded)
     window = WINDOWS["everything"]
     rows = [tuple(row.values()) for batch in stream_batches(engine, spec, window, 16)
             for row in batch.to_pylist()]
