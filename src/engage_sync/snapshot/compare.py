@@ -151,11 +151,8 @@ def with_values(layout: Layout, spec: SourceSpec, resolved: dict[str, str],
     now = sa.select(*(i.label(c) for i, c in zip(ids, layout.ids, strict=True)),
                     *(v.label(a.column) for v, a in zip(values, layout.attributes, strict=True)),
                     row).select_from(src).subquery("engage_now")
-    ours, mine = now, differ
-    if part is not None:
-        ours = sa.select(now).where(in_part(now.c[layout.ids[0]], part)).subquery("engage_part")
-        mine = sa.select(differ).where(in_part(differ.c[layout.ids[0]], part)
-                                       ).subquery("engage_dpart")
+    ours = in_slice(now, layout.ids[0], part, "engage_part")
+    mine = in_slice(differ, layout.ids[0], part, "engage_dpart")
     same = [*(mine.c[c] == ours.c[c] for c in layout.ids), mine.c[ROW] == ours.c[ROW]]
     known = sa.select(mine.c[CHANGE], *(mine.c[c] for c in layout.ids),
                       *(ours.c[a.column] for a in layout.attributes), mine.c[ROW]
@@ -186,6 +183,14 @@ def in_part(column: sa.ColumnElement[Any], part: tuple[int, int]) -> sa.ColumnEl
     """The rows whose `column` hashes to part k of n (DuckDB's `hash`)."""
     k, n = part
     return sa.func.hash(column) % n == k
+
+
+def in_slice(rows: sa.FromClause, column: str, part: Part, name: str) -> sa.FromClause:
+    """`rows` whose `column` hashes to `part`, as a subquery `name`; `rows` itself when `part`
+    is None (every user)."""
+    if part is None:
+        return rows
+    return sa.select(rows).where(in_part(rows.c[column], part)).subquery(name)
 
 
 def _kept_as(layout: Layout) -> sa.ColumnElement[Any]:

@@ -32,7 +32,7 @@ from engage_sync.snapshot.compare import (
     CreateTableAs,
     Part,
     differ_select,
-    in_part,
+    in_slice,
     order,
     sends_select,
     wanted,
@@ -55,9 +55,9 @@ def make_pending(conn: Connection, layout: Layout, spec: SourceSpec, resolved: d
                                differ_select(layout, spec, resolved, layout.snapshot())))
     users = conn.execute(sa.select(sa.func.count()).select_from(differing)).scalar_one()
     parts = compare.parts(conn, users)
-    for part in parts:
+    for k, part in enumerate(parts):
         values = with_values(layout, spec, resolved, differing, part)
-        _write(conn, layout, valued, sa.select(*values.c), first=part in (None, (0, len(parts))))
+        _write(conn, layout, valued, sa.select(*values.c), first=k == 0)
     _compare(conn, layout, valued, compared, on_leave, parts)
     _refresh_row_digests(conn, layout, compared, on_leave)
     if conn.dialect.name == "duckdb":
@@ -85,15 +85,10 @@ def _compare(conn: Connection, layout: Layout, valued: sa.TableClause,
     """The differing users with what to send of each, written to `compared`, slice by slice
     (see the module's invariants)."""
     held, first = layout.snapshot(), layout.ids[0]
-    for part in parts:
-        rows: sa.FromClause = valued
-        old: sa.FromClause = held.alias("engage_old")
-        if part is not None:
-            rows = sa.select(valued).where(in_part(valued.c[first], part)
-                                           ).subquery("engage_slice")
-            old = sa.select(held).where(in_part(held.c[first], part)).subquery("engage_old")
-        _write(conn, layout, compared, sends_select(layout, rows, old, on_leave),
-               first=part in (None, (0, len(parts))))
+    for k, part in enumerate(parts):
+        rows = in_slice(valued, first, part, "engage_slice")
+        old = in_slice(held.alias("engage_old"), first, part, "engage_old_slice")
+        _write(conn, layout, compared, sends_select(layout, rows, old, on_leave), first=k == 0)
 
 
 def _number_as_scanned(conn: Connection, layout: Layout, compared: sa.TableClause,
